@@ -1,0 +1,130 @@
+"""The Runtime SDK endpoints: Discovery and the nine lifecycle hooks, as DRF views.
+
+CAPI's rules shape this module: every answer to a well-formed path is HTTP 200 with the
+outcome in the body, because a non-200 falls under the handler's failurePolicy and
+`Ignore` would turn it into a success. So bad input becomes `status: Failure`, and a
+state store that cannot be reached keeps blocking hooks waiting instead of a 5xx.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from django.db import DatabaseError
+from rest_framework import permissions, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from hooksvc import catalog, handlers, wire
+from workflows import engine
+
+logger = logging.getLogger(__name__)
+
+#: How long CAPI is asked to wait when hooksvc cannot read its state store.
+STORE_DOWN_RETRY_SECONDS = 10
+MSG_STORE_DOWN = "hooksvc state store is unavailable; holding until it answers"
+MSG_INTERNAL = "hooksvc could not process the request; see the hooksvc logs"
+
+
+def _read_body(request: Request) -> bytes:
+    """Read at most MAX_BODY_BYTES; a larger body is refused before it is buffered."""
+    declared = request.META.get("CONTENT_LENGTH") or "0"
+    try:
+        length = int(declared)
+    except ValueError:
+        raise wire.BadRequest("Content-Length is not a number") from None
+    if length > wire.MAX_BODY_BYTES:
+        raise wire.BadRequest("request body is larger than 20 MiB")
+    return request._request.read(length) if length else b""
+
+
+class _RuntimeHookView(APIView):
+    # CAPI authenticates with mutual TLS (when configured), not with Django sessions.
+    authentication_classes = ()
+    permission_classes = (permissions.AllowAny,)
+    parser_classes = ()
+    http_method_names = ["post"]
+
+
+class DiscoveryView(_RuntimeHookView):
+    def post(self, request: Request, **kwargs: Any) -> Response:
+        body: dict[str, Any] = {
+            "apiVersion": catalog.API_VERSION,
+            "kind": "DiscoveryResponse",
+            "status": catalog.Status.SUCCESS,
+        }
+        try:
+            wire.check_type_meta(wire.decode(_read_body(request)), "DiscoveryRequest")
+        except wire.BadRequest as exc:
+            body.update(status=catalog.Status.FAILURE, message=str(exc))
+            return Response(body, headers={"Connection": "close"} if _oversized(request) else None)
+        body["handlers"] = [h.discovery_entry() for h in handlers.configured()]
+        return Response(body)
+
+
+def _oversized(request: Request) -> bool:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0) > wire.MAX_BODY_BYTES
+    except ValueError:
+        return True
+
+
+class LifecycleHookView(_RuntimeHookView):
+    def post(self, request: Request, hook_segment: str, handler_name: str) -> Response:
+        handler = handlers.lookup(hook_segment, handler_name)
+        if handler is None:
+            return Response({"detail": "no such hook handler"}, status=status.HTTP_404_NOT_FOUND)
+        hook = handler.hook
+        started = time.perf_counter()
+        try:
+            call = wire.parse_hook_call(hook, _read_body(request))
+        except wire.BadRequest as exc:
+            logger.info(
+                "hook request rejected",
+                extra={"action": "hook_rejected", "hook": hook.name, "reason": str(exc)},
+            )
+            # An oversized body is left unread: close the connection rather than drain it.
+            headers = {"Connection": "close"} if _oversized(request) else None
+            return Response(
+                catalog.response(hook, catalog.Status.FAILURE, str(exc)), headers=headers
+            )
+        try:
+            answer = engine.answer(call, handler_name=handler.name)
+        except DatabaseError:
+            logger.exception(
+                "state store unavailable during hook call",
+                extra={"action": "hook_store_down", **_cluster_fields(call)},
+            )
+            if hook.blocking:
+                return Response(
+                    catalog.response(
+                        hook, catalog.Status.SUCCESS, MSG_STORE_DOWN, STORE_DOWN_RETRY_SECONDS
+                    )
+                )
+            return Response(catalog.response(hook, catalog.Status.FAILURE, MSG_STORE_DOWN))
+        except Exception:
+            logger.exception(
+                "hook call failed", extra={"action": "hook_error", **_cluster_fields(call)}
+            )
+            return Response(catalog.response(hook, catalog.Status.FAILURE, MSG_INTERNAL))
+        logger.info(
+            "hook answered",
+            extra={
+                "action": "hook_answered",
+                **_cluster_fields(call),
+                "status": answer.status,
+                "retry_after": answer.retry_after,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+            },
+        )
+        return Response(catalog.response(hook, answer.status, answer.message, answer.retry_after))
+
+
+def _cluster_fields(call: wire.HookCall) -> dict[str, str]:
+    return {
+        "hook": call.hook.name,
+        "cluster": f"{call.cluster.namespace}/{call.cluster.name}",
+    }

@@ -1,0 +1,48 @@
+"""gunicorn configuration of the hook server: HTTPS only, keep-alive, threads.
+
+Run with `gunicorn -c python:hooksvc.gunicorn_conf hooksvc.wsgi`. CAPI's runtime client
+keeps connections alive, so the gthread worker (which supports keep-alive) serves it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+_tls_dir = Path(
+    os.environ.get("HOOKSVC_TLS_DIR")
+    or Path(os.environ.get("HOOKSVC_DATA_DIR", Path(__file__).resolve().parent.parent / "var"))
+    / "tls"
+)
+_client_auth = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"
+
+bind = os.environ.get("HOOKSVC_BIND", "0.0.0.0:9443")
+worker_class = "gthread"
+workers = int(os.environ.get("HOOKSVC_WEB_WORKERS", "2"))
+threads = int(os.environ.get("HOOKSVC_WEB_THREADS", "8"))
+# Go's HTTP client drops idle connections after 90 s; keep ours open nearly as long.
+keepalive = 75
+# A hook call answers in milliseconds; anything near CAPI's 30 s ceiling is stuck.
+timeout = 30
+graceful_timeout = 20
+# certfile and keyfile switch gunicorn to TLS; the context itself comes from ssl_context.
+certfile = str(_tls_dir / "tls.crt")
+keyfile = str(_tls_dir / "tls.key")
+accesslog = None
+proc_name = "hooksvc-web"
+# Load Django in the master: a bad configuration stops the server before it listens,
+# and workers fork with the app already imported.
+preload_app = True
+
+_contexts: Any = None
+
+
+def ssl_context(conf: Any, default_ssl_context_factory: Any) -> Any:
+    """Called by gunicorn for every new connection: hand out the cached, reloading context."""
+    global _contexts
+    if _contexts is None:
+        from hooksvc import tls
+
+        _contexts = tls.ContextCache(_tls_dir, client_auth=_client_auth)
+    return _contexts.get()

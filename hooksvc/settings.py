@@ -1,0 +1,188 @@
+"""Django settings for hooksvc, read from the environment.
+
+Every knob is an environment variable, listed in the README's configuration table and in
+`ENVIRONMENT` below (docker-compose and the k8s manifests are checked against that list).
+With nothing set, the process runs the embedded development setup of `make run`: SQLite
+and a filesystem Celery transport under HOOKSVC_DATA_DIR, so no server is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from hooksvc import dburl
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+#: Every environment variable the code reads, with what it means. Deployment tests
+#: compare docker-compose.yml and k8s/ against this table.
+ENVIRONMENT: dict[str, str] = {
+    "HOOKSVC_ENV": "`development` (the default of `make run` and tests) or `production`",
+    "HOOKSVC_SECRET_KEY": "Django's secret key; required in production",
+    "HOOKSVC_DEBUG": "1 to turn on Django's debug pages (never in production)",
+    "HOOKSVC_DATA_DIR": "where the embedded defaults keep SQLite, the broker and certificates",
+    "DATABASE_URL": "postgres://user@host:5432/db (password from the URL or PGPASSWORD)",
+    "CELERY_BROKER_URL": "redis://host:6379/0; unset: a filesystem transport (development)",
+    "HOOKSVC_BIND": "address the HTTPS server listens on, default 0.0.0.0:9443",
+    "HOOKSVC_TLS_DIR": "directory holding tls.crt, tls.key and ca.crt (cert-manager's layout)",
+    "HOOKSVC_TLS_CLIENT_AUTH": "1 to require client certificates signed by ca.crt (mutual TLS)",
+    "HOOKSVC_PATH_PREFIX": "path prefix of the hook endpoints (ExtensionConfig service.path)",
+    "HOOKSVC_HANDLERS": "JSON overrides per hook: name, timeoutSeconds, failurePolicy",
+    "HOOKSVC_WEB_WORKERS": "gunicorn worker processes, default 2",
+    "HOOKSVC_WEB_THREADS": "threads per gunicorn worker, default 8",
+    "HOOKSVC_ALLOWED_HOSTS": "comma-separated Host names; default * (the hook port is TLS-only)",
+    "HOOKSVC_LOG_FORMAT": "`json` (default in production) or `text`",
+    "HOOKSVC_LOG_LEVEL": "log level, default INFO",
+}
+
+HOOKSVC_ENV = os.environ.get("HOOKSVC_ENV", "development")
+if HOOKSVC_ENV not in ("development", "production"):
+    raise RuntimeError(f"HOOKSVC_ENV must be development or production, got {HOOKSVC_ENV!r}")
+PRODUCTION = HOOKSVC_ENV == "production"
+
+DATA_DIR = Path(os.environ.get("HOOKSVC_DATA_DIR", BASE_DIR / "var"))
+
+
+def _secret_key() -> str:
+    key = os.environ.get("HOOKSVC_SECRET_KEY", "")
+    if key:
+        return key
+    if PRODUCTION:
+        raise RuntimeError("HOOKSVC_SECRET_KEY must be set when HOOKSVC_ENV=production")
+    # Development: a random key kept in the data directory, so that every process of
+    # `make run` signs sessions alike. Never a fixed default.
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = os.environ.get("HOOKSVC_DEBUG", "") == "1" and not PRODUCTION
+ALLOWED_HOSTS = [h for h in os.environ.get("HOOKSVC_ALLOWED_HOSTS", "*").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "hooksvc",
+    "workflows",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "hooksvc.urls"
+WSGI_APPLICATION = "hooksvc.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES: dict[str, dict[str, Any]] = {
+    "default": dburl.parse(
+        os.environ.get("DATABASE_URL", f"sqlite:///{DATA_DIR / 'hooksvc.sqlite3'}")
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+
+# The service only speaks HTTPS, so cookies never travel in the clear.
+SESSION_COOKIE_SECURE = True
+CSRF_COOKIE_SECURE = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "UNAUTHENTICATED_USER": None,
+}
+
+# Celery: PostgreSQL is the source of truth, the broker only carries wake-ups.
+_broker_dir = DATA_DIR / "broker"
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for sub in ("out", "processed"):
+        (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "out"),
+        "data_folder_out": str(_broker_dir / "out"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+else:
+    # A delivered-but-unacknowledged message comes back after this long; the
+    # reconciler usually re-enqueues lost work much sooner.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 4
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+TLS_DIR = Path(os.environ.get("HOOKSVC_TLS_DIR", DATA_DIR / "tls"))
+TLS_CLIENT_AUTH = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"
+
+#: Hook endpoints live under this prefix (an ExtensionConfig's clientConfig.service.path).
+HOOKS_PATH_PREFIX = os.environ.get("HOOKSVC_PATH_PREFIX", "").strip("/")
+#: Per-hook overrides of the discovery entries, as JSON (validated at startup).
+HOOKS_HANDLERS = os.environ.get("HOOKSVC_HANDLERS", "")
+
+LOG_FORMAT = os.environ.get("HOOKSVC_LOG_FORMAT", "json" if PRODUCTION else "text")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "text"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("HOOKSVC_LOG_LEVEL", "INFO")},
+}

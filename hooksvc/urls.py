@@ -1,0 +1,18 @@
+"""URL routes: the Runtime SDK endpoints (under an optional prefix) and the admin."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import admin
+from django.urls import URLPattern, URLResolver, path
+
+from hooksvc import api, catalog
+
+_prefix = f"{settings.HOOKS_PATH_PREFIX}/" if settings.HOOKS_PATH_PREFIX else ""
+_hooks = f"{_prefix}{catalog.GROUP}/{catalog.VERSION}/"
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path(f"{_hooks}{catalog.DISCOVERY_PATH_SEGMENT}", api.DiscoveryView.as_view()),
+    path(f"{_hooks}<str:hook_segment>/<str:handler_name>", api.LifecycleHookView.as_view()),
+    path("admin/", admin.site.urls),
+]

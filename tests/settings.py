@@ -1,0 +1,32 @@
+"""Test settings: the real PostgreSQL and Redis, found through HOOKSVC_TEST_* variables."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault(
+    "HOOKSVC_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "var", "test")
+)
+
+from hooksvc.settings import *  # noqa: F403
+
+PG_HOST = os.environ.get("HOOKSVC_TEST_PG_HOST", "127.0.0.1")
+PG_PORT = os.environ.get("HOOKSVC_TEST_PG_PORT", "5432")
+REDIS_URL = os.environ.get(
+    "HOOKSVC_TEST_REDIS_URL",
+    f"redis://127.0.0.1:{os.environ.get('HOOKSVC_TEST_REDIS_PORT', '6379')}/0",
+)
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "hooksvc",
+        "USER": os.environ.get("HOOKSVC_TEST_PG_USER", "postgres"),
+        "HOST": PG_HOST,
+        "PORT": PG_PORT,
+        "OPTIONS": {"connect_timeout": 5},
+    }
+}
+CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
