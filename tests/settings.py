@@ -20,7 +20,8 @@ REDIS_URL = os.environ.get(
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": "hooksvc",
+        # pytest-django adds "test_"; separate checkouts can run side by side with their own.
+        "NAME": os.environ.get("HOOKSVC_TEST_DB_NAME", "hooksvc"),
         "USER": os.environ.get("HOOKSVC_TEST_PG_USER", "postgres"),
         "HOST": PG_HOST,
         "PORT": PG_PORT,
