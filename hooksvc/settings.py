@@ -36,6 +36,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_ALLOWED_HOSTS": "comma-separated Host names; default * (the hook port is TLS-only)",
     "HOOKSVC_LOG_FORMAT": "`json` (default in production) or `text`",
     "HOOKSVC_LOG_LEVEL": "log level, default INFO",
+    "HOOKSVC_RECONCILE_SECONDS": "how often beat runs the reconciler, default 15",
+    "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
 }
 
 HOOKSVC_ENV = os.environ.get("HOOKSVC_ENV", "development")
@@ -167,6 +169,16 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# A hook call enqueues after it has recorded the run: if Redis is down, give up fast and
+# let the reconciler enqueue later, instead of making CAPI wait.
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2}
+CELERY_BEAT_SCHEDULE = {
+    "reconcile": {
+        "task": "workflows.reconcile",
+        "schedule": float(os.environ.get("HOOKSVC_RECONCILE_SECONDS", "15")),
+    },
+}
 
 TLS_DIR = Path(os.environ.get("HOOKSVC_TLS_DIR", DATA_DIR / "tls"))
 TLS_CLIENT_AUTH = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"
@@ -175,6 +187,9 @@ TLS_CLIENT_AUTH = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"
 HOOKS_PATH_PREFIX = os.environ.get("HOOKSVC_PATH_PREFIX", "").strip("/")
 #: Per-hook overrides of the discovery entries, as JSON (validated at startup).
 HOOKS_HANDLERS = os.environ.get("HOOKSVC_HANDLERS", "")
+
+#: Modules imported at startup so that their @step_type registrations exist.
+STEP_MODULES = [m for m in os.environ.get("HOOKSVC_STEP_MODULES", "").split(",") if m]
 
 LOG_FORMAT = os.environ.get("HOOKSVC_LOG_FORMAT", "json" if PRODUCTION else "text")
 LOGGING = {

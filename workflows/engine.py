@@ -1,10 +1,58 @@
-"""Answers hook calls from the state of their workflow runs."""
+"""The workflow engine: hook calls ensure runs and read their state; workers advance them.
+
+Hook path (`answer`): pick the matching templates, ensure one run per (template, cluster,
+moment) with an insert that the unique constraint arbitrates, wake the worker, and answer
+from the runs' recorded state. No slow work, a handful of indexed queries.
+
+Worker path (`advance`, `run_step`): under the run's row lock, start the run when its
+budget allows, promote steps whose dependencies are done, and execute due steps, each
+under its own row lock (`SKIP LOCKED`, so a step is never executed twice at once). A step
+that must wait is re-enqueued with a countdown; nothing sleeps. `reconcile` re-enqueues
+what is overdue, so a lost message or a killed worker delays a run but never loses it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import logging
+import random
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 
 from hooksvc import catalog, wire
+from workflows import errors, selection, transitions
+from workflows.models import Run, StepRun, WorkflowTemplate
+from workflows.steps import registry
+
+logger = logging.getLogger(__name__)
+
+RUN_CONSTRAINT = "workflows_run_moment_uniq"
+#: How often a run waiting for a concurrency slot or for another workflow looks again.
+START_RECHECK_SECONDS = 5
+#: Backoff of failed attempts: base * 2^(n-1), capped, with full jitter.
+BACKOFF_BASE_SECONDS = 2.0
+BACKOFF_CAP_SECONDS = 300.0
+#: The reconciler leaves work alone until it is this late, so it never races the countdowns.
+RECONCILE_GRACE_SECONDS = 30
+#: After re-enqueueing a run, the reconciler waits this long before doing it again.
+RECONCILE_REQUEUE_SECONDS = 60
+
+#: Test and benchmark seams: replaced to observe or speed up the engine without patching.
+clock: Callable[[], datetime.datetime] = timezone.now
+
+
+def _full_jitter(cap: float) -> float:
+    return random.uniform(0, cap)  # noqa: S311 - spreading retries, not a secret
+
+
+jitter: Callable[[float], float] = _full_jitter
+
+
+# --- Hook path -----------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -14,6 +62,588 @@ class Answer:
     retry_after: int = 0
 
 
+PROCEED = Answer(catalog.Status.SUCCESS)
+
+
 def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
-    """The answer to `call`. Until workflows run, every lifecycle proceeds at once."""
-    return Answer(status=catalog.Status.SUCCESS)
+    """Ensure the runs `call` starts and answer from their state."""
+    templates = [
+        t
+        for t in WorkflowTemplate.objects.filter(hook=call.hook.name).only(
+            "id", "name", "spec", "generation"
+        )
+        if selection.matches(t.spec, call)
+    ]
+    if not templates:
+        return PROCEED
+    runs = runs_ensure(templates=templates, call=call)
+    if not call.hook.blocking:
+        return PROCEED
+    now = clock()
+    return combine([render(run, now) for run in runs])
+
+
+_RUN_ANSWER_FIELDS = (
+    "id",
+    "template_name",
+    "spec",
+    "state",
+    "message",
+    "deadline_at",
+    "deadline_exceeded",
+    "released",
+)
+
+
+def runs_ensure(*, templates: Sequence[WorkflowTemplate], call: wire.HookCall) -> list[Run]:
+    """One run per template for this cluster and moment: found, or created exactly once."""
+    moment = selection.moment_key(call)
+    key = call.cluster.key
+    found = {
+        r.template_name: r
+        for r in Run.objects.filter(
+            hook=call.hook.name,
+            cluster_key=key,
+            moment=moment,
+            template_name__in=[t.name for t in templates],
+        ).only(*_RUN_ANSWER_FIELDS)
+    }
+    created: list[int] = []
+    for template in templates:
+        if template.name in found:
+            continue
+        run = _run_insert(template, call, moment)
+        if run is None:  # another call created it first
+            run = Run.objects.only(*_RUN_ANSWER_FIELDS).get(
+                template_name=template.name, hook=call.hook.name, cluster_key=key, moment=moment
+            )
+        else:
+            created.append(run.pk)
+        found[template.name] = run
+    if created:
+        transaction.on_commit(lambda: wake(created))
+    return [found[t.name] for t in templates]
+
+
+def _run_insert(template: WorkflowTemplate, call: wire.HookCall, moment: str) -> Run | None:
+    now = clock()
+    deadline = template.spec.get("deadlineSeconds")
+    try:
+        with transaction.atomic():
+            return Run.objects.create(
+                template=template,
+                template_name=template.name,
+                template_generation=template.generation,
+                spec=template.spec,
+                hook=call.hook.name,
+                cluster_key=call.cluster.key,
+                cluster_namespace=call.cluster.namespace,
+                cluster_name=call.cluster.name,
+                moment=moment,
+                context=selection.run_context(call),
+                message=f"workflow {template.name} is starting",
+                deadline_at=now + datetime.timedelta(seconds=deadline) if deadline else None,
+                # Due now: if the wake-up message is lost, the reconciler starts it.
+                wake_at=now,
+            )
+    except IntegrityError as exc:
+        if _is_run_conflict(exc):
+            return None
+        raise
+
+
+def _is_run_conflict(exc: IntegrityError) -> bool:
+    """True only for the one-run-per-moment constraint; any other violation is a bug."""
+    cause = exc.__cause__
+    diag = getattr(cause, "diag", None)
+    if diag is not None:
+        return getattr(diag, "constraint_name", None) == RUN_CONSTRAINT
+    # SQLite (the embedded development database) names the columns instead.
+    return "workflows_run.template_name" in str(cause)
+
+
+def render(run: Run, now: datetime.datetime) -> Answer:
+    """The answer one run gives: a pure function of its recorded state and the clock."""
+    spec = run.spec
+    retry = int(spec.get("retryAfterSeconds", 10))
+    name = run.template_name
+    if run.released or run.state == Run.State.SUCCEEDED:
+        return PROCEED
+    past_deadline = run.deadline_exceeded or (
+        run.deadline_at is not None and now >= run.deadline_at
+    )
+    on_deadline = spec.get("onDeadline", "Block")
+    if past_deadline and on_deadline == "Proceed":
+        return PROCEED
+    if past_deadline and on_deadline == "Fail":
+        return Answer(catalog.Status.FAILURE, f"workflow {name} did not finish before its deadline")
+    if run.state in (Run.State.FAILED, Run.State.CANCELLED):
+        if spec.get("onFailure", "Block") == "Fail":
+            return Answer(catalog.Status.FAILURE, run.message)
+        return Answer(catalog.Status.SUCCESS, run.message, retry)
+    if past_deadline:
+        return Answer(
+            catalog.Status.SUCCESS,
+            f"workflow {name} passed its deadline; holding: {run.message}",
+            retry,
+        )
+    return Answer(catalog.Status.SUCCESS, run.message or f"workflow {name} is running", retry)
+
+
+def combine(answers: Iterable[Answer]) -> Answer:
+    """Combine answers the way CAPI combines extensions: any Failure fails; lowest wait wins."""
+    answers = list(answers)
+    failures = [a for a in answers if a.status == catalog.Status.FAILURE]
+    if failures:
+        return Answer(catalog.Status.FAILURE, "; ".join(a.message for a in failures))
+    waiting = [a for a in answers if a.retry_after > 0]
+    if not waiting:
+        return PROCEED
+    return Answer(
+        catalog.Status.SUCCESS,
+        "; ".join(a.message for a in waiting),
+        min(a.retry_after for a in waiting),
+    )
+
+
+def wake(run_ids: Iterable[int]) -> None:
+    """Ask a worker to advance these runs; if the broker is down the reconciler will."""
+    from workflows import tasks
+
+    for run_id in run_ids:
+        try:
+            tasks.advance.delay(run_id)
+        except Exception:
+            logger.warning(
+                "broker unavailable; the reconciler will start the run",
+                extra={"action": "wake_failed", "run": run_id},
+            )
+            return
+
+
+# --- Worker path ---------------------------------------------------------------------
+
+
+def advance(run_id: int) -> None:
+    """Start `run_id` if it may start, then execute its due steps until none is ready inline."""
+    while True:
+        step_id = _schedule(run_id)
+        if step_id is None or not run_step(step_id, then_advance=False):
+            return
+
+
+def run_step(step_id: int, *, then_advance: bool = True) -> bool:
+    """Execute one due step; True if it finished (its run then needs scheduling)."""
+    finished, run_id = _execute(step_id)
+    if finished and then_advance:
+        advance(run_id)
+    return finished
+
+
+def _schedule(run_id: int) -> int | None:
+    """Under the run's lock: start it, promote steps, settle its state; return a step to run."""
+    to_enqueue: list[int] = []
+    inline: int | None = None
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.is_finished:
+            return None
+        now = clock()
+        if run.state == Run.State.PENDING:
+            blocker = _start_blocker(run)
+            if blocker:
+                if blocker != run.message or not run.wake_at or run.wake_at <= now:
+                    Run.objects.filter(pk=run.pk).update(
+                        message=blocker,
+                        wake_at=now + datetime.timedelta(seconds=START_RECHECK_SECONDS),
+                    )
+                return None
+            _run_start(run, now)
+        steps = list(run.steps.all())
+        if run.deadline_at and now >= run.deadline_at and not run.deadline_exceeded:
+            _deadline_act(run, steps)
+            if run.is_finished:
+                return None
+        _promote(steps, now)
+        _settle(run, steps, now)
+        if run.state != Run.State.RUNNING:
+            return None
+        due = [s for s in steps if s.state in StepRun.DUE and s.due_at and s.due_at <= now]
+        if due:
+            inline = due[0].pk
+            to_enqueue = [s.pk for s in due[1:]]
+        if to_enqueue:
+            transaction.on_commit(lambda: _enqueue_steps(to_enqueue))
+    return inline
+
+
+def _start_blocker(run: Run) -> str:
+    """Why `run` cannot start yet ("" if it can): another workflow, or the concurrency budget."""
+    spec = run.spec
+    name = run.template_name
+    for other in spec.get("waitFor") or []:
+        if Run.objects.filter(
+            cluster_key=run.cluster_key, template_name=other, state__in=Run.ACTIVE
+        ).exists():
+            return f"workflow {name} is waiting for workflow {other} to finish"
+    limit = spec.get("concurrency")
+    if limit:
+        _lock_budget(name)
+        running = Run.objects.filter(template_name=name, state=Run.State.RUNNING).count()
+        if running >= limit:
+            return f"workflow {name} is waiting for a free slot (at most {limit} at once)"
+    return ""
+
+
+def _lock_budget(template_name: str) -> None:
+    """Serialise one template's starts: two workers never both take the last slot."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"budget:{template_name}"]
+            )
+    # SQLite serialises every write transaction already.
+
+
+def _run_start(run: Run, now: datetime.datetime) -> None:
+    steps = run.spec.get("steps") or []
+    StepRun.objects.bulk_create(
+        [
+            StepRun(
+                run=run,
+                name=s["name"],
+                position=i,
+                type=s["type"],
+                params=s.get("with") or {},
+                depends_on=s.get("dependsOn") or [],
+                timeout_seconds=s.get("timeoutSeconds"),
+                retries=s.get("retries", 0),
+            )
+            for i, s in enumerate(steps)
+        ],
+        ignore_conflicts=True,
+    )
+    transitions.run_move(
+        run,
+        Run.State.RUNNING,
+        allowed_from=[Run.State.PENDING],
+        message=f"workflow {run.template_name} is running",
+        started_at=now,
+    )
+    logger.info("run started", extra={"action": "run_started", **log_fields(run)})
+
+
+def _promote(steps: list[StepRun], now: datetime.datetime) -> None:
+    states = {s.name: s.state for s in steps}
+    for step in steps:
+        if step.state == StepRun.State.PENDING and all(
+            states.get(dep) in StepRun.DONE for dep in step.depends_on
+        ):
+            transitions.step_move(
+                step, StepRun.State.READY, allowed_from=[StepRun.State.PENDING], due_at=now
+            )
+            states[step.name] = step.state
+
+
+def _settle(run: Run, steps: list[StepRun], now: datetime.datetime) -> None:
+    """Finish the run when its steps say so; otherwise record what it is doing."""
+    name = run.template_name
+    failed = next((s for s in steps if s.state == StepRun.State.FAILED), None)
+    if failed is not None:
+        message = (
+            f"workflow {name} failed at step {failed.name}: {failed.message}; "
+            f"retry it with `manage.py workflows retry {run.pk} --step {failed.name}`"
+        )
+        transitions.run_move(
+            run, Run.State.FAILED, allowed_from=[Run.State.RUNNING], message=message[:500]
+        )
+        logger.warning("run failed", extra={"action": "run_failed", **log_fields(run)})
+        _wake_waiters(run)
+        return
+    if all(s.state in StepRun.DONE for s in steps):
+        transitions.run_move(run, Run.State.SUCCEEDED, allowed_from=[Run.State.RUNNING], message="")
+        logger.info("run succeeded", extra={"action": "run_succeeded", **log_fields(run)})
+        _wake_waiters(run)
+        return
+    current = next((s for s in steps if s.state in StepRun.DUE), None)
+    if current is None:
+        message = f"workflow {name} is running"
+    elif current.type == "approval" and current.state == StepRun.State.WAITING:
+        message = f"workflow {name} is waiting for approval at step {current.name}"
+    else:
+        message = f"workflow {name} is running step {current.name}"
+    due = [s.due_at for s in steps if s.state in StepRun.DUE and s.due_at]
+    wake_at = min(due) if due else None
+    if run.deadline_at and not run.deadline_exceeded:
+        wake_at = min(wake_at, run.deadline_at) if wake_at else run.deadline_at
+    if message != run.message or wake_at != run.wake_at:
+        Run.objects.filter(pk=run.pk).update(message=message, wake_at=wake_at)
+        run.message, run.wake_at = message, wake_at
+
+
+def _deadline_act(run: Run, steps: list[StepRun]) -> None:
+    """The deadline passed: Fail ends the run; Block and Proceed are recorded and alerted."""
+    action = run.spec.get("onDeadline", "Block")
+    Run.objects.filter(pk=run.pk).update(deadline_exceeded=True)
+    run.deadline_exceeded = True
+    transitions.action_record(
+        run,
+        "deadline",
+        actor="hooksvc",
+        reason=f"onDeadline: {action}",
+        message=f"workflow {run.template_name} did not finish before its deadline",
+    )
+    logger.warning(
+        "run passed its deadline",
+        extra={"action": "run_deadline", "on_deadline": action, **log_fields(run)},
+    )
+    if action == "Fail":
+        for step in steps:
+            if step.state not in StepRun.FINISHED:
+                transitions.step_move(
+                    step, StepRun.State.CANCELLED, allowed_from=[step.state], record=False
+                )
+        transitions.run_move(
+            run,
+            Run.State.FAILED,
+            allowed_from=[Run.State.RUNNING],
+            message=f"workflow {run.template_name} did not finish before its deadline",
+        )
+        _wake_waiters(run)
+
+
+def _wake_waiters(run: Run) -> None:
+    """A finished run frees a budget slot and may be what another run waits for."""
+    waiting = list(
+        Run.objects.filter(state=Run.State.PENDING)
+        .filter(template_name=run.template_name)
+        .values_list("pk", flat=True)[:10]
+    ) + list(
+        Run.objects.filter(state=Run.State.PENDING, cluster_key=run.cluster_key).values_list(
+            "pk", flat=True
+        )[:10]
+    )
+    if waiting:
+        transaction.on_commit(lambda: wake(sorted(set(waiting))))
+
+
+def _execute(step_id: int) -> tuple[bool, int]:
+    """Execute one due step under its row lock and record the outcome."""
+    to_poll: tuple[int, float] | None = None
+    with transaction.atomic():
+        step = (
+            StepRun.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("run")
+            .filter(pk=step_id, state__in=StepRun.DUE)
+            .first()
+        )
+        if step is None:
+            return False, 0
+        run = step.run
+        now = clock()
+        if run.state != Run.State.RUNNING or (step.due_at and step.due_at > now):
+            return False, run.pk
+        fields = log_fields(run, step)
+        started = step.started_at or now
+        if step.timeout_seconds and now - started > datetime.timedelta(
+            seconds=step.timeout_seconds
+        ):
+            outcome: registry.Outcome | errors.StepError = errors.PermanentError(
+                f"timed out after {step.timeout_seconds} s"
+            )
+        else:
+            ctx = registry.StepContext(
+                run_id=run.pk,
+                step_name=step.name,
+                step_type=step.type,
+                params=step.params,
+                run_context=run.context,
+                memo=dict(step.memo),
+                attempt=step.failures + 1,
+            )
+            outcome = execute_once(ctx, fields)
+            step.memo = ctx.memo
+        finished = _record(step, outcome, started, now, fields)
+        if finished:
+            Run.objects.filter(pk=run.pk).update(wake_at=now)
+        elif step.due_at:
+            to_poll = (step.pk, max(0.0, (step.due_at - now).total_seconds()))
+    if to_poll is not None:
+        poll = to_poll
+        transaction.on_commit(lambda: _enqueue_poll(*poll))
+    return finished, run.pk
+
+
+def execute_once(
+    ctx: registry.StepContext, fields: dict[str, Any]
+) -> registry.Outcome | errors.StepError:
+    """Run the step function once; any exception becomes a StepError, never escapes."""
+    try:
+        step_type = registry.get(ctx.step_type)
+        return step_type.run(ctx)
+    except errors.StepError as exc:
+        return exc
+    except Exception as exc:
+        logger.exception(
+            "step raised an unexpected error", extra={"action": "step_error", **fields}
+        )
+        # The class name only: the exception text may hold hosts, tokens or timestamps.
+        return errors.TemporaryError(f"unexpected error ({type(exc).__name__}); see hooksvc logs")
+
+
+def _record(
+    step: StepRun,
+    outcome: registry.Outcome | errors.StepError,
+    started: datetime.datetime,
+    now: datetime.datetime,
+    fields: dict[str, Any],
+) -> bool:
+    common: dict[str, Any] = {"memo": step.memo, "started_at": started}
+    extra: dict[str, Any] = {}
+    if isinstance(outcome, registry.Done):
+        transitions.step_move(
+            step,
+            StepRun.State.SUCCEEDED,
+            allowed_from=StepRun.DUE,
+            output=dict(outcome.output),
+            message="",
+            **common,
+        )
+        logger.info("step succeeded", extra={"action": "step_succeeded", **fields})
+        return True
+    if isinstance(outcome, registry.Poll):
+        if outcome.output is not None:
+            extra["output"] = dict(outcome.output)
+        transitions.step_move(
+            step,
+            StepRun.State.WAITING,
+            allowed_from=StepRun.DUE,
+            record=step.state != StepRun.State.WAITING,
+            due_at=now + datetime.timedelta(seconds=max(0.0, outcome.after)),
+            message=outcome.message[:500],
+            **common,
+            **extra,
+        )
+        return False
+    failures = step.failures + 1
+    message = outcome.message[:500]
+    if isinstance(outcome, errors.TemporaryError) and failures <= step.retries:
+        delay = outcome.delay if outcome.delay is not None else backoff(failures)
+        transitions.step_move(
+            step,
+            StepRun.State.READY,
+            allowed_from=StepRun.DUE,
+            due_at=now + datetime.timedelta(seconds=delay),
+            failures=failures,
+            message=message,
+            **common,
+        )
+        logger.warning(
+            "step will be retried", extra={"action": "step_retry", "error": message, **fields}
+        )
+        return False
+    transitions.step_move(
+        step,
+        StepRun.State.FAILED,
+        allowed_from=StepRun.DUE,
+        failures=failures,
+        message=message,
+        **common,
+    )
+    logger.warning("step failed", extra={"action": "step_failed", "error": message, **fields})
+    return True
+
+
+def backoff(failures: int) -> float:
+    """Seconds before attempt `failures + 1`: exponential, capped, with full jitter."""
+    cap = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (failures - 1))
+    return max(0.5, jitter(cap))
+
+
+def _enqueue_steps(step_ids: Iterable[int]) -> None:
+    from workflows import tasks
+
+    for step_id in step_ids:
+        try:
+            tasks.run_step.delay(step_id)
+        except Exception:
+            logger.warning(
+                "broker unavailable; the reconciler will run the step",
+                extra={"action": "enqueue_failed", "step": step_id},
+            )
+            return
+
+
+def _enqueue_poll(step_id: int, after: float) -> None:
+    from workflows import tasks
+
+    try:
+        tasks.run_step.apply_async((step_id,), countdown=after)
+    except Exception:
+        logger.warning(
+            "broker unavailable; the reconciler will poll the step",
+            extra={"action": "enqueue_failed", "step": step_id},
+        )
+
+
+def log_fields(run: Run, step: StepRun | None = None) -> dict[str, Any]:
+    """The fields every log line about a run carries."""
+    fields: dict[str, Any] = {
+        "run": run.pk,
+        "hook": run.hook,
+        "cluster": f"{run.cluster_namespace}/{run.cluster_name}",
+        "template": run.template_name,
+    }
+    if step is not None:
+        fields["step"] = step.name
+    return fields
+
+
+# --- Reconciler ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ReconcileReport:
+    runs: int
+    steps: int
+
+
+def reconcile(limit: int = 5000) -> ReconcileReport:
+    """Re-enqueue runs and steps whose wake-up is overdue (a lost message, a killed worker)."""
+    from workflows import tasks
+
+    now = clock()
+    late = now - datetime.timedelta(seconds=RECONCILE_GRACE_SECONDS)
+    with transaction.atomic():
+        run_ids = list(
+            Run.objects.select_for_update(skip_locked=True)
+            .filter(state__in=Run.ACTIVE, wake_at__lte=late)
+            .order_by("wake_at")
+            .values_list("pk", flat=True)[:limit]
+        )
+        # New runs are due at once, without the grace: their wake-up may never have been sent.
+        run_ids += list(
+            Run.objects.filter(state=Run.State.PENDING, started_at__isnull=True, wake_at__lte=now)
+            .exclude(pk__in=run_ids)
+            .values_list("pk", flat=True)[:limit]
+        )
+        Run.objects.filter(pk__in=run_ids).update(
+            wake_at=now + datetime.timedelta(seconds=RECONCILE_REQUEUE_SECONDS)
+        )
+    step_ids = list(
+        StepRun.objects.filter(
+            state__in=StepRun.DUE, due_at__lte=late, run__state=Run.State.RUNNING
+        )
+        .order_by("due_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    for run_id in run_ids:
+        tasks.advance.delay(run_id)
+    for step_id in step_ids:
+        tasks.run_step.delay(step_id)
+    if run_ids or step_ids:
+        logger.info(
+            "reconciler re-enqueued overdue work",
+            extra={"action": "reconciled", "runs": len(run_ids), "steps": len(step_ids)},
+        )
+    return ReconcileReport(runs=len(run_ids), steps=len(step_ids))

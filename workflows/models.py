@@ -1,0 +1,185 @@
+"""What runs per hook (templates) and what ran (runs, step runs, events): PostgreSQL is the truth.
+
+State changes go through `workflows.transitions` only; nothing else assigns `state`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from hooksvc import catalog
+
+HOOK_CHOICES = [(name, name) for name in catalog.HOOKS]
+
+
+class WorkflowTemplate(models.Model):
+    """An operator's definition of the steps to run at one hook (`kind: WorkflowTemplate`)."""
+
+    name = models.CharField(max_length=63, unique=True)
+    hook = models.CharField(max_length=64, choices=HOOK_CHOICES, db_index=True)
+    #: The validated `spec` of the YAML document (see workflows.spec).
+    spec = models.JSONField()
+    #: Bumped on every change of `spec`; runs record the generation they started from.
+    generation = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Run(models.Model):
+    """One workflow run: a template applied to one cluster at one moment of its life."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"  #: recorded; waiting to start (concurrency budget, waitFor)
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    FINISHED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+    ACTIVE = (State.PENDING, State.RUNNING)
+
+    template = models.ForeignKey(
+        WorkflowTemplate, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    template_name = models.CharField(max_length=63)
+    template_generation = models.PositiveIntegerField()
+    #: The template's spec when the run was created: later edits change only new runs.
+    spec = models.JSONField()
+    hook = models.CharField(max_length=64, choices=HOOK_CHOICES)
+    #: The cluster's UID, or namespace/name when CAPI sent none.
+    cluster_key = models.CharField(max_length=320)
+    cluster_namespace = models.CharField(max_length=253)
+    cluster_name = models.CharField(max_length=253)
+    #: The moment's attributes (see workflows.selection.moment_key); "" for once-only hooks.
+    moment = models.CharField(max_length=200, blank=True)
+    #: What steps see: cluster metadata, versions, settings. Never secrets.
+    context = models.JSONField(default=dict)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    #: The deterministic sentence the hook answers while this run holds the lifecycle.
+    message = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    #: Set once the deadline passed and onDeadline was acted on.
+    deadline_exceeded = models.BooleanField(default=False)
+    #: When the engine must look at this run next; the reconciler re-enqueues overdue ones.
+    wake_at = models.DateTimeField(null=True, blank=True)
+    #: An operator let the lifecycle proceed whatever the run's state.
+    released = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["template_name", "hook", "cluster_key", "moment"],
+                name="workflows_run_moment_uniq",
+            ),
+        ]
+        indexes = [
+            # The reconciler's scan: active runs whose wake-up is overdue.
+            models.Index(
+                fields=["wake_at"],
+                name="workflows_run_wake_idx",
+                condition=models.Q(state__in=["pending", "running"]),
+            ),
+            # Concurrency budgets and waitFor: active runs per template or cluster.
+            models.Index(fields=["template_name", "state"], name="workflows_run_tmpl_state_idx"),
+            models.Index(fields=["cluster_key", "template_name"], name="workflows_run_cluster_idx"),
+            models.Index(fields=["-created_at"], name="workflows_run_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.template_name} {self.cluster_namespace}/{self.cluster_name} {self.moment}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in self.FINISHED
+
+
+class StepRun(models.Model):
+    """One step of a run, with kopf's record shape: attempts, timing, outcome, message."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"  #: its dependencies have not finished
+        READY = "ready"  #: due at `due_at`
+        WAITING = "waiting"  #: started; polled again at `due_at`
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        SKIPPED = "skipped"
+        CANCELLED = "cancelled"
+
+    FINISHED = (State.SUCCEEDED, State.FAILED, State.SKIPPED, State.CANCELLED)
+    #: Finished in a way that lets dependent steps go on.
+    DONE = (State.SUCCEEDED, State.SKIPPED)
+    DUE = (State.READY, State.WAITING)
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    name = models.CharField(max_length=63)
+    position = models.PositiveSmallIntegerField()
+    type = models.CharField(max_length=63)
+    params = models.JSONField(default=dict)
+    depends_on = models.JSONField(default=list)
+    timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
+    retries = models.PositiveSmallIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    #: Failed attempts so far (the first attempt is not a retry).
+    failures = models.PositiveSmallIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)
+    #: The step type's own memory between polls (names of what it created, timers).
+    memo = models.JSONField(default=dict)
+    #: What the step reports (results, lists of objects); shown in the admin.
+    output = models.JSONField(default=dict)
+    #: Deterministic progress or error text.
+    message = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["run_id", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "name"], name="workflows_step_name_uniq"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["due_at"],
+                name="workflows_step_due_idx",
+                condition=models.Q(state__in=["ready", "waiting"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.type})"
+
+
+class RunEvent(models.Model):
+    """The audit trail of a run: every transition and every operator action, with who and why."""
+
+    class Kind(models.TextChoices):
+        TRANSITION = "transition"
+        ACTION = "action"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    step_name = models.CharField(max_length=63, blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    #: For transitions "from->to"; for actions the action's name (retry, cancel, ...).
+    name = models.CharField(max_length=64)
+    actor = models.CharField(max_length=150, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+    message = models.CharField(max_length=500, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+    details: Any = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["run", "-at"], name="workflows_event_run_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"

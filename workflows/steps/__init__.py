@@ -1,0 +1,1 @@
+"""Step types: one small module each, registered in `registry`."""

@@ -1,0 +1,65 @@
+"""`http`: POSTs the run's context as JSON to a URL; done on 2xx, retried otherwise.
+
+The request carries an `Idempotency-Key` header derived from the run and step, so that
+a receiver can recognise a repeat of the same call (the step may run twice after a crash).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from workflows import errors
+from workflows.steps import registry
+
+
+def _check_url(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise registry.ParamError("", "must be an http or https URL")
+    return url
+
+
+def _check_headers(headers: dict[str, Any]) -> dict[str, Any]:
+    for key, value in headers.items():
+        if not isinstance(value, str):
+            raise registry.ParamError(key, "must be a string")
+    return headers
+
+
+@registry.step_type(
+    "http",
+    params={
+        "url": registry.Param(str, required=True, check=_check_url),
+        "headers": registry.Param(dict, default={}, check=_check_headers),
+        "timeoutSeconds": registry.Param((int, float), default=10, minimum=1),
+    },
+)
+def http(ctx: registry.StepContext) -> registry.Outcome:
+    """POSTs the run's context to a URL."""
+    url = ctx.params["url"]
+    body = json.dumps(
+        {"run": ctx.run_id, "step": ctx.step_name, **ctx.run_context}, sort_keys=True
+    ).encode()
+    request = urllib.request.Request(  # noqa: S310 - the scheme is checked when validated
+        url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "Idempotency-Key": ctx.object_name(),
+            **ctx.params.get("headers", {}),
+        },
+    )
+    host = urllib.parse.urlsplit(url).netloc
+    try:
+        with urllib.request.urlopen(request, timeout=ctx.params["timeoutSeconds"]) as response:  # noqa: S310
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        raise errors.TemporaryError(f"{host} answered HTTP {exc.code}") from exc
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        raise errors.TemporaryError(f"{host} did not answer") from exc
+    return registry.Done({"status": status})

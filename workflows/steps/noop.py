@@ -1,0 +1,11 @@
+"""`noop`: finishes at once. For wiring templates up, tests and benchmarks."""
+
+from __future__ import annotations
+
+from workflows.steps import registry
+
+
+@registry.step_type("noop")
+def noop(ctx: registry.StepContext) -> registry.Outcome:
+    """Does nothing and succeeds."""
+    return registry.Done()

@@ -1,0 +1,232 @@
+"""The step type registry: built-in and custom step types, their parameters, their contract.
+
+A step type is a function registered with `@registry.step_type(...)`. The engine calls it
+with a `StepContext` each time the step is due; it returns `Done` or `Poll`, or raises
+`errors.TemporaryError` / `errors.PermanentError`. It may be called more than once for the
+same work (a worker killed mid-step, a redelivered message), so it must be idempotent:
+name what it creates after `ctx.object_name()`, look for it before creating it, and keep
+what it needs between polls in `ctx.memo`.
+
+    from workflows.steps import registry
+
+    @registry.step_type("notify", params={"url": registry.Param(str, required=True)})
+    def notify(ctx: registry.StepContext) -> registry.Outcome:
+        ...
+        return registry.Done({"notified": True})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from workflows import errors
+
+
+@dataclasses.dataclass(frozen=True)
+class Done:
+    """The step finished successfully; `output` is kept on the step run."""
+
+    output: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Poll:
+    """The step started or is still waiting: call it again after `after` seconds."""
+
+    after: float
+    message: str = ""
+    output: Mapping[str, Any] | None = None
+
+
+Outcome = Done | Poll
+
+
+@dataclasses.dataclass
+class StepContext:
+    """What a step sees: its parameters, its run's context, and its own memory."""
+
+    run_id: int
+    step_name: str
+    step_type: str
+    params: Mapping[str, Any]
+    #: The run's context: cluster (name, namespace, uid, labels, ...), hook, versions, settings.
+    run_context: Mapping[str, Any]
+    #: Persisted between calls of this step; change it in place.
+    memo: dict[str, Any]
+    #: 1 for the first attempt, 2 after one failure, ...
+    attempt: int
+
+    def object_name(self, suffix: str = "", max_length: int = 63) -> str:
+        """A DNS-1123 name unique to this run and step: what the step creates is found again."""
+        # An operator's retry starts a new generation, so its objects get new names.
+        generation = int(self.memo.get("generation", 0))
+        parts = [f"hooksvc-{self.run_id}-{self.step_name}"]
+        parts += [f"r{generation}"] if generation else []
+        parts += [suffix] if suffix else []
+        base = "-".join(parts).lower()
+        base = re.sub(r"[^a-z0-9-]+", "-", base).strip("-")
+        if len(base) <= max_length:
+            return base
+        digest = hashlib.sha256(base.encode()).hexdigest()[:8]
+        return f"{base[: max_length - 9].rstrip('-')}-{digest}"
+
+    @property
+    def cluster(self) -> Mapping[str, Any]:
+        cluster: Mapping[str, Any] = self.run_context.get("cluster", {})
+        return cluster
+
+
+class ParamError(ValueError):
+    """A step's `with` parameters are invalid; `field` names the offending one."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One parameter of a step type: its Python type, whether it is required, its default."""
+
+    kind: type | tuple[type, ...]
+    required: bool = False
+    default: Any = None
+    choices: tuple[Any, ...] = ()
+    minimum: float | None = None
+    #: For nested objects and lists of objects: a further check of the value.
+    check: Callable[[Any], Any] | None = None
+
+
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    dict: "an object",
+    list: "a list",
+}
+
+
+def _type_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+
+
+def validate_params(schema: Mapping[str, Param], given: Mapping[str, Any]) -> dict[str, Any]:
+    """Check `given` against `schema`; return it with defaults filled in."""
+    if not isinstance(given, Mapping):
+        raise ParamError("", "must be an object")
+    unknown = sorted(set(given) - set(schema))
+    if unknown:
+        raise ParamError(unknown[0], "unknown parameter")
+    result: dict[str, Any] = {}
+    for name, param in schema.items():
+        if name not in given or given[name] is None:
+            if param.required:
+                raise ParamError(name, "is required")
+            if param.default is not None:
+                result[name] = param.default
+            continue
+        value: Any = given[name]
+        kinds = param.kind if isinstance(param.kind, tuple) else (param.kind,)
+        # bool is an int in Python but not in YAML's eyes.
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise ParamError(name, f"must be {_type_name(param.kind)}")
+        if param.choices and value not in param.choices:
+            raise ParamError(name, f"must be one of {', '.join(map(str, param.choices))}")
+        if param.minimum is not None and float(value) < param.minimum:
+            raise ParamError(name, f"must be at least {param.minimum:g}")
+        if param.check is not None:
+            try:
+                value = param.check(value)
+            except ParamError as exc:
+                raise ParamError(
+                    f"{name}.{exc.field}" if exc.field else name, str(exc).split(": ", 1)[-1]
+                ) from None
+        result[name] = value
+    return result
+
+
+StepFunction = Callable[[StepContext], Outcome]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepType:
+    name: str
+    run: StepFunction
+    params: Mapping[str, Param]
+    #: Further checks across parameters, given the hook (e.g. csi backups before deletion).
+    check: Callable[[dict[str, Any], str], None] | None = None
+    description: str = ""
+
+
+_REGISTRY: dict[str, StepType] = {}
+
+
+def step_type(
+    name: str,
+    *,
+    params: Mapping[str, Param] | None = None,
+    check: Callable[[dict[str, Any], str], None] | None = None,
+) -> Callable[[StepFunction], StepFunction]:
+    """Register a step type under `name`; registering a name twice is an error."""
+
+    def register(func: StepFunction) -> StepFunction:
+        if name in _REGISTRY and _REGISTRY[name].run is not func:
+            raise ValueError(f"step type {name!r} is already registered")
+        _REGISTRY[name] = StepType(
+            name=name,
+            run=func,
+            params=params or {},
+            check=check,
+            description=(func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else "",
+        )
+        return func
+
+    return register
+
+
+def get(name: str) -> StepType:
+    load_builtins()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise errors.PermanentError(f"unknown step type {name!r}") from None
+
+
+def names() -> list[str]:
+    load_builtins()
+    return sorted(_REGISTRY)
+
+
+def validate(name: str, given: Mapping[str, Any], *, hook: str) -> dict[str, Any]:
+    """Validate a step's `with` for step type `name` at `hook`; raise ParamError."""
+    load_builtins()
+    if name not in _REGISTRY:
+        raise ParamError("type", f"unknown step type {name!r} (known: {', '.join(names())})")
+    step = _REGISTRY[name]
+    params = validate_params(step.params, given or {})
+    if step.check is not None:
+        step.check(params, hook)
+    return params
+
+
+_loaded = False
+
+
+def load_builtins() -> None:
+    """Import the built-in step modules and those named in settings.HOOKSVC_STEP_MODULES."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import importlib
+
+    from django.conf import settings
+
+    for module in ("workflows.steps.builtin", *getattr(settings, "STEP_MODULES", ())):
+        importlib.import_module(module)

@@ -1,0 +1,20 @@
+"""`wait`: a timer. The step is polled when it is due; no worker sleeps through it."""
+
+from __future__ import annotations
+
+import time
+
+from workflows.steps import registry
+
+
+@registry.step_type(
+    "wait", params={"seconds": registry.Param((int, float), required=True, minimum=0)}
+)
+def wait(ctx: registry.StepContext) -> registry.Outcome:
+    """Waits `seconds` from the step's first run."""
+    now = time.time()
+    # The first call fixes the end; a re-run after a crash keeps the same end.
+    until = ctx.memo.setdefault("until", now + float(ctx.params["seconds"]))
+    if now >= until:
+        return registry.Done({"waitedSeconds": ctx.params["seconds"]})
+    return registry.Poll(after=until - now, message=f"waiting {ctx.params['seconds']:g} s")

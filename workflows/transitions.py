@@ -1,0 +1,104 @@
+"""Every state change of runs and steps, as compare-and-set updates that also write the audit trail.
+
+`run_move` and `step_move` update a row only if it is still in one of the states the
+caller expected, and record a RunEvent in the same transaction. When the row has moved
+on (another worker, an operator), they raise `InvalidTransition` and change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.utils import timezone
+
+from workflows.models import Run, RunEvent, StepRun
+
+
+class InvalidTransition(Exception):
+    """The row was not in a state the transition starts from."""
+
+
+def run_move(
+    run: Run,
+    to: str,
+    *,
+    allowed_from: Iterable[str],
+    message: str | None = None,
+    actor: str = "",
+    reason: str = "",
+    **fields: Any,
+) -> None:
+    """Move `run` to state `to`; update `fields` too; record the transition."""
+    allowed = list(allowed_from)
+    now = timezone.now()
+    changes: dict[str, Any] = {"state": to, **fields}
+    if message is not None:
+        changes["message"] = message
+    if to in Run.FINISHED:
+        changes.setdefault("finished_at", now)
+        changes.setdefault("wake_at", None)
+    updated = Run.objects.filter(pk=run.pk, state__in=allowed).update(**changes)
+    if not updated:
+        raise InvalidTransition(f"run {run.pk} is not in {allowed}")
+    previous = run.state
+    for key, value in changes.items():
+        setattr(run, key, value)
+    if previous != to:
+        RunEvent.objects.create(
+            run=run,
+            kind=RunEvent.Kind.TRANSITION,
+            name=f"{previous}->{to}",
+            actor=actor,
+            reason=reason,
+            message=run.message,
+        )
+
+
+def step_move(
+    step: StepRun,
+    to: str,
+    *,
+    allowed_from: Iterable[str],
+    record: bool = True,
+    actor: str = "",
+    reason: str = "",
+    **fields: Any,
+) -> None:
+    """Move `step` to state `to`; update `fields` too; record the transition unless told not to."""
+    allowed = list(allowed_from)
+    changes: dict[str, Any] = {"state": to, **fields}
+    if to in StepRun.FINISHED:
+        changes.setdefault("finished_at", timezone.now())
+        changes.setdefault("due_at", None)
+    updated = StepRun.objects.filter(pk=step.pk, state__in=allowed).update(**changes)
+    if not updated:
+        raise InvalidTransition(f"step {step.pk} is not in {allowed}")
+    previous = step.state
+    for key, value in changes.items():
+        setattr(step, key, value)
+    if record and previous != to:
+        RunEvent.objects.create(
+            run_id=step.run_id,
+            step_name=step.name,
+            kind=RunEvent.Kind.TRANSITION,
+            name=f"{previous}->{to}",
+            actor=actor,
+            reason=reason,
+            message=step.message,
+        )
+
+
+def action_record(
+    run: Run, action: str, *, actor: str, reason: str, step_name: str = "", message: str = ""
+) -> RunEvent:
+    """Record an operator action (who, why) on `run`."""
+    return RunEvent.objects.create(
+        run=run,
+        step_name=step_name,
+        kind=RunEvent.Kind.ACTION,
+        name=action,
+        actor=actor,
+        reason=reason,
+        message=message,
+    )
