@@ -138,7 +138,7 @@ def validate_params(schema: Mapping[str, Param], given: Mapping[str, Any]) -> di
             raise ParamError(name, f"must be {_type_name(param.kind)}")
         if param.choices and value not in param.choices:
             raise ParamError(name, f"must be one of {', '.join(map(str, param.choices))}")
-        if param.minimum is not None and float(value) < param.minimum:
+        if param.minimum is not None and isinstance(value, int | float) and value < param.minimum:
             raise ParamError(name, f"must be at least {param.minimum:g}")
         if param.check is not None:
             try:
