@@ -37,6 +37,7 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_LOG_FORMAT": "`json` (default in production) or `text`",
     "HOOKSVC_LOG_LEVEL": "log level, default INFO",
     "HOOKSVC_RECONCILE_SECONDS": "how often beat runs the reconciler, default 15",
+    "HOOKSVC_RECONCILE_GRACE_SECONDS": "how late work must be to be re-enqueued, default 30",
     "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
 }
 
@@ -187,6 +188,9 @@ TLS_CLIENT_AUTH = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"
 HOOKS_PATH_PREFIX = os.environ.get("HOOKSVC_PATH_PREFIX", "").strip("/")
 #: Per-hook overrides of the discovery entries, as JSON (validated at startup).
 HOOKS_HANDLERS = os.environ.get("HOOKSVC_HANDLERS", "")
+
+#: How late a wake-up must be before the reconciler re-enqueues it (countdowns go first).
+RECONCILE_GRACE_SECONDS = float(os.environ.get("HOOKSVC_RECONCILE_GRACE_SECONDS", "30"))
 
 #: Modules imported at startup so that their @step_type registrations exist.
 STEP_MODULES = [m for m in os.environ.get("HOOKSVC_STEP_MODULES", "").split(",") if m]

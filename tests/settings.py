@@ -14,7 +14,7 @@ PG_HOST = os.environ.get("HOOKSVC_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = os.environ.get("HOOKSVC_TEST_PG_PORT", "5432")
 REDIS_URL = os.environ.get(
     "HOOKSVC_TEST_REDIS_URL",
-    f"redis://127.0.0.1:{os.environ.get('HOOKSVC_TEST_REDIS_PORT', '6379')}/0",
+    f"redis://127.0.0.1:{os.environ.get('HOOKSVC_TEST_REDIS_PORT', '6379')}/9",
 )
 
 DATABASES = {
@@ -31,3 +31,6 @@ DATABASES = {
 CELERY_BROKER_URL = REDIS_URL
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# The worker tests' step types, registered in this process as in the worker.
+STEP_MODULES = ["tests.workflows.steps_for_tests"]

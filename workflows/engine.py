@@ -20,6 +20,7 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
@@ -36,8 +37,6 @@ START_RECHECK_SECONDS = 5
 #: Backoff of failed attempts: base * 2^(n-1), capped, with full jitter.
 BACKOFF_BASE_SECONDS = 2.0
 BACKOFF_CAP_SECONDS = 300.0
-#: The reconciler leaves work alone until it is this late, so it never races the countdowns.
-RECONCILE_GRACE_SECONDS = 30
 #: After re-enqueueing a run, the reconciler waits this long before doing it again.
 RECONCILE_REQUEUE_SECONDS = 60
 
@@ -613,7 +612,8 @@ def reconcile(limit: int = 5000) -> ReconcileReport:
     from workflows import tasks
 
     now = clock()
-    late = now - datetime.timedelta(seconds=RECONCILE_GRACE_SECONDS)
+    # Work is left alone until it is this late, so the reconciler never races the countdowns.
+    late = now - datetime.timedelta(seconds=settings.RECONCILE_GRACE_SECONDS)
     with transaction.atomic():
         run_ids = list(
             Run.objects.select_for_update(skip_locked=True)

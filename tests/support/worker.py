@@ -1,0 +1,106 @@
+"""A real Celery worker (with embedded beat) for tests, as its own process group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+from tests.support import servers
+
+#: Test step types (tests/workflows/steps_for_tests.py) are registered in the worker too.
+TEST_STEP_MODULES = "tests.workflows.steps_for_tests"
+
+
+def worker_env(data_dir: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "hooksvc.settings",
+        "DATABASE_URL": servers.test_database_url(),
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "HOOKSVC_DATA_DIR": str(data_dir),
+        "HOOKSVC_STEP_MODULES": TEST_STEP_MODULES,
+        # Fast reconciliation so that recovery tests take seconds, not minutes.
+        "HOOKSVC_RECONCILE_SECONDS": "1",
+        "HOOKSVC_RECONCILE_GRACE_SECONDS": "2",
+    }
+
+
+class Worker:
+    """Starts, kills and restarts `celery worker -B` against the test database and Redis."""
+
+    def __init__(self, data_dir: Path, log_path: Path) -> None:
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "hooksvc",
+                "worker",
+                "-B",
+                "-s",
+                str(self.data_dir / "celerybeat-schedule"),
+                "--concurrency",
+                "2",
+                "-l",
+                "INFO",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            cwd=servers.ROOT,
+            env=worker_env(self.data_dir),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            # Its own process group: a SIGKILL takes the pool processes down with it,
+            # as when a pod is OOM-killed.
+            start_new_session=True,
+        )
+        log.close()
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker exited: see {self.log_path}")
+            if b"ready." in self.log_path.read_bytes():
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"worker not ready within {timeout} s: see {self.log_path}")
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool: no warm shutdown, no acknowledgements."""
+        if self.process is not None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.process = None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")

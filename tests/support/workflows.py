@@ -1,0 +1,52 @@
+"""Factories for templates and hook calls, in the engine's normalized spec shape."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hooksvc import catalog, wire
+from tests.support import capi
+from workflows.models import WorkflowTemplate
+from workflows.steps import registry
+
+
+def spec(
+    hook: str = "BeforeClusterUpgrade", steps: list[dict[str, Any]] | None = None, **fields: Any
+) -> dict[str, Any]:
+    """A normalized template spec with defaults, as workflows.spec produces it."""
+    normalized_steps = []
+    for step in steps if steps is not None else [{"name": "only", "type": "noop"}]:
+        normalized = {"with": {}, "timeoutSeconds": None, "retries": 3, "dependsOn": [], **step}
+        normalized["with"] = registry.validate(normalized["type"], normalized["with"], hook=hook)
+        normalized_steps.append(normalized)
+    return {
+        "hook": hook,
+        "clusterSelector": {},
+        "settings": {},
+        "retryAfterSeconds": 10,
+        "onFailure": "Block",
+        "deadlineSeconds": None,
+        "onDeadline": "Block",
+        "concurrency": None,
+        "waitFor": [],
+        **fields,
+        "steps": normalized_steps,
+    }
+
+
+def template(
+    name: str,
+    hook: str = "BeforeClusterUpgrade",
+    steps: list[dict[str, Any]] | None = None,
+    **fields: Any,
+) -> WorkflowTemplate:
+    return WorkflowTemplate.objects.create(name=name, hook=hook, spec=spec(hook, steps, **fields))
+
+
+def call(
+    hook: str = "BeforeClusterUpgrade", *, cluster: dict[str, Any] | None = None, **fields: Any
+) -> wire.HookCall:
+    """A parsed HookCall, built from a CAPI-shaped request."""
+    body = capi.hook_request(hook, cluster, **fields)
+    return wire.parse_hook_call(catalog.HOOKS[hook], json.dumps(body).encode())

@@ -1,0 +1,48 @@
+"""Step types used by the worker tests, registered through HOOKSVC_STEP_MODULES.
+
+`record` stands for any step with an external side effect: it creates a record named
+after its run and step in Redis (the "external system") only if none exists, counts how
+often its code ran, and can hold until a file appears (so a test can kill it mid-step).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import redis
+from django.conf import settings
+
+from workflows.steps import registry
+
+PREFIX = "hooksvc-test"
+
+
+def client() -> redis.Redis:
+    return redis.Redis.from_url(settings.CELERY_BROKER_URL)
+
+
+@registry.step_type(
+    "record",
+    params={
+        "holdUntilFile": registry.Param(str),
+        "seconds": registry.Param((int, float), default=0),
+    },
+)
+def record(ctx: registry.StepContext) -> registry.Outcome:
+    """Creates one external record and counts executions."""
+    name = ctx.object_name()
+    r = client()
+    r.incr(f"{PREFIX}:executions:{name}")
+    hold = ctx.params.get("holdUntilFile")
+    if hold:
+        r.set(f"{PREFIX}:holding:{name}", 1)
+        deadline = time.monotonic() + 60
+        while not Path(hold).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # a slow external call, killed mid-way by the test
+    # Look for what this step made before making it: SET NX is "create if absent".
+    created = bool(r.set(f"{PREFIX}:effect:{name}", ctx.run_id, nx=True))
+    if created:
+        r.incr(f"{PREFIX}:effects-created:{name}")
+    time.sleep(float(ctx.params.get("seconds", 0)))
+    return registry.Done({"record": name})

@@ -1,0 +1,194 @@
+"""The hook path of the engine: one run per moment, answers from recorded state (no worker)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from hooksvc import catalog
+from tests.support import capi
+from tests.support import workflows as wf
+from workflows import engine
+from workflows.models import Run
+
+pytestmark = pytest.mark.django_db
+
+HOLD = catalog.Status.SUCCESS
+
+
+def _answer(call: object) -> engine.Answer:
+    return engine.answer(call, handler_name="test")  # type: ignore[arg-type]
+
+
+def test_no_matching_template_lets_the_lifecycle_proceed() -> None:
+    wf.template("other-hook", hook="BeforeClusterDelete")
+    assert _answer(wf.call()) == engine.PROCEED
+    assert Run.objects.count() == 0
+
+
+def test_a_matching_template_starts_one_run_and_holds() -> None:
+    wf.template("backup", retryAfterSeconds=15)
+    answer = _answer(wf.call())
+    run = Run.objects.get()
+    assert answer == engine.Answer(HOLD, "workflow backup is starting", 15)
+    assert (run.template_name, run.hook, run.moment, run.state) == (
+        "backup",
+        "BeforeClusterUpgrade",
+        "v1.33.0",
+        "pending",
+    )
+    assert run.cluster_key == "6f0c2a4e-2d7b-4c61-9a1e-0f5c1d2e3a4b"
+    assert run.context["cluster"]["labels"] == {"env": "prod"}
+
+
+def test_the_same_moment_called_again_finds_the_same_run() -> None:
+    wf.template("backup")
+    for _ in range(3):
+        _answer(wf.call())
+    assert Run.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("hook", "first", "second"),
+    [
+        (
+            "BeforeClusterUpgrade",
+            {"toKubernetesVersion": "v1.31.0"},
+            {"toKubernetesVersion": "v1.32.0"},
+        ),
+        (
+            "BeforeControlPlaneUpgrade",
+            {"fromKubernetesVersion": "v1.30.0", "toKubernetesVersion": "v1.31.0"},
+            {"fromKubernetesVersion": "v1.31.0", "toKubernetesVersion": "v1.32.0"},
+        ),
+        (
+            "AfterControlPlaneUpgrade",
+            {"kubernetesVersion": "v1.31.0"},
+            {"kubernetesVersion": "v1.32.0"},
+        ),
+        ("AfterClusterUpgrade", {"kubernetesVersion": "v1.31.0"}, {"kubernetesVersion": "v1.32.0"}),
+    ],
+)
+def test_a_new_moment_makes_a_new_run(
+    hook: str, first: dict[str, Any], second: dict[str, Any]
+) -> None:
+    wf.template("t", hook=hook)
+    _answer(wf.call(hook, **first))
+    _answer(wf.call(hook, **first))
+    _answer(wf.call(hook, **second))
+    assert Run.objects.count() == 2
+
+
+def test_a_cluster_recreated_under_the_same_name_gets_a_new_run() -> None:
+    wf.template("cleanup", hook="BeforeClusterDelete")
+    _answer(wf.call("BeforeClusterDelete", cluster=capi.cluster_v1beta2(uid="uid-1")))
+    _answer(wf.call("BeforeClusterDelete", cluster=capi.cluster_v1beta2(uid="uid-2")))
+    assert sorted(Run.objects.values_list("cluster_key", flat=True)) == ["uid-1", "uid-2"]
+
+
+def test_the_non_blocking_hook_starts_its_run_and_answers_at_once() -> None:
+    wf.template("addons", hook="AfterControlPlaneInitialized")
+    assert _answer(wf.call("AfterControlPlaneInitialized")) == engine.PROCEED
+    assert Run.objects.get().template_name == "addons"
+
+
+def test_selectors_and_settings_pick_the_templates() -> None:
+    wf.template(
+        "prod-only", clusterSelector={"namespaces": ["fleet"], "matchLabels": {"env": "prod"}}
+    )
+    wf.template("staging-only", clusterSelector={"matchLabels": {"env": "staging"}})
+    wf.template("other-class", clusterSelector={"clusterClass": "gpu"})
+    wf.template("strict", settings={"profile": "strict"})
+    _answer(wf.call(settings={"profile": "strict"}))
+    _answer(wf.call(cluster=capi.cluster_v1beta1(uid="u-legacy")))
+    by_cluster = sorted(Run.objects.values_list("cluster_key", "template_name"))
+    assert by_cluster == [
+        ("6f0c2a4e-2d7b-4c61-9a1e-0f5c1d2e3a4b", "prod-only"),
+        ("6f0c2a4e-2d7b-4c61-9a1e-0f5c1d2e3a4b", "strict"),
+        ("u-legacy", "prod-only"),
+    ]
+
+
+def test_several_templates_combine_like_capi_combines_extensions() -> None:
+    wf.template("slow", retryAfterSeconds=30)
+    wf.template("fast", retryAfterSeconds=5)
+    answer = _answer(wf.call())
+    assert answer == engine.Answer(HOLD, "workflow fast is starting; workflow slow is starting", 5)
+
+
+def test_a_run_keeps_the_template_it_started_with() -> None:
+    template = wf.template("backup", steps=[{"name": "a", "type": "noop"}])
+    _answer(wf.call())
+    template.spec = wf.spec(steps=[{"name": "b", "type": "noop"}])
+    template.generation += 1
+    template.save()
+    _answer(wf.call(toKubernetesVersion="v1.34.0"))
+    steps = {r.moment: [s["name"] for s in r.spec["steps"]] for r in Run.objects.all()}
+    assert steps == {"v1.33.0": ["a"], "v1.34.0": ["b"]}
+    assert sorted(Run.objects.values_list("template_generation", flat=True)) == [1, 2]
+
+
+NOW = timezone.now()
+PAST = NOW - datetime.timedelta(seconds=1)
+
+
+def _run(
+    state: str = "running", message: str = "workflow w is running step s", **spec_fields: Any
+) -> Run:
+    return Run(template_name="w", spec=wf.spec(**spec_fields), state=state, message=message)
+
+
+@pytest.mark.parametrize(
+    ("run", "expected"),
+    [
+        (_run(), engine.Answer(HOLD, "workflow w is running step s", 10)),
+        (
+            _run("pending", "workflow w is waiting for a free slot (at most 2 at once)"),
+            engine.Answer(HOLD, "workflow w is waiting for a free slot (at most 2 at once)", 10),
+        ),
+        (_run("succeeded", ""), engine.PROCEED),
+        (
+            _run("failed", "workflow w failed at step s: boom"),
+            engine.Answer(HOLD, "workflow w failed at step s: boom", 10),
+        ),
+        (
+            _run("failed", "workflow w failed at step s: boom", onFailure="Fail"),
+            engine.Answer(catalog.Status.FAILURE, "workflow w failed at step s: boom"),
+        ),
+        (_run("cancelled", "cancelled"), engine.Answer(HOLD, "cancelled", 10)),
+    ],
+    ids=["running", "pending", "succeeded", "failed-block", "failed-fail", "cancelled"],
+)
+def test_render_answers_from_the_runs_state(run: Run, expected: engine.Answer) -> None:
+    assert engine.render(run, NOW) == expected
+
+
+@pytest.mark.parametrize(
+    ("on_deadline", "expected"),
+    [
+        ("Proceed", engine.PROCEED),
+        (
+            "Fail",
+            engine.Answer(catalog.Status.FAILURE, "workflow w did not finish before its deadline"),
+        ),
+        (
+            "Block",
+            engine.Answer(
+                HOLD, "workflow w passed its deadline; holding: workflow w is running step s", 10
+            ),
+        ),
+    ],
+)
+def test_render_acts_on_a_passed_deadline(on_deadline: str, expected: engine.Answer) -> None:
+    run = _run(onDeadline=on_deadline)
+    run.deadline_at = PAST
+    assert engine.render(run, NOW) == expected
+
+
+def test_a_released_run_lets_the_lifecycle_proceed() -> None:
+    run = _run("failed", "boom")
+    run.released = True
+    assert engine.render(run, NOW) == engine.PROCEED
