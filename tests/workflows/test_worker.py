@@ -180,8 +180,8 @@ def test_the_concurrency_budget_is_never_exceeded(
 
 def _effect_counts(r: redis.Redis) -> tuple[dict[str, int], dict[str, int]]:
     def counts(kind: str) -> dict[str, int]:
-        keys: list[bytes] = list(r.keys(f"{PREFIX}:{kind}:*"))
-        return {k.decode().split(":", 2)[2]: int(r.get(k) or 0) for k in keys}  # type: ignore[arg-type]
+        keys = [k if isinstance(k, str) else k.decode() for k in r.keys(f"{PREFIX}:{kind}:*")]
+        return {k.split(":", 2)[2]: int(r.get(k) or 0) for k in keys}
 
     return counts("executions"), counts("effects-created")
 
