@@ -77,6 +77,7 @@ class Run(models.Model):
     released = models.BooleanField(default=False)
 
     class Meta:
+        permissions = [("operate_run", "Can retry, cancel, approve, skip and release runs")]
         constraints = [
             models.UniqueConstraint(
                 fields=["template_name", "hook", "cluster_key", "moment"],

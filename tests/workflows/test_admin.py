@@ -1,0 +1,133 @@
+"""The admin: run list with progress, a run's timeline, and actions behind a confirmation page."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from tests.support import workflows as wf
+from workflows.models import Run, RunEvent, StepRun
+
+pytestmark = pytest.mark.django_db
+
+
+def make_run(
+    name: str = "c1",
+    *,
+    state: str = "running",
+    steps: tuple[tuple[str, str, str], ...] = (
+        ("approve", "approval", "waiting"),
+        ("after", "noop", "pending"),
+    ),
+) -> Run:
+    run = Run.objects.create(
+        template_name="gate",
+        template_generation=1,
+        spec=wf.spec(),
+        hook="BeforeClusterUpgrade",
+        cluster_key=f"uid-{name}",
+        cluster_namespace="fleet",
+        cluster_name=name,
+        moment="v1.33.0",
+        state=state,
+        message="workflow gate is waiting for approval at step approve",
+    )
+    for i, (step_name, step_type, step_state) in enumerate(steps):
+        StepRun.objects.create(
+            run=run, name=step_name, position=i, type=step_type, state=step_state
+        )
+    return run
+
+
+def test_the_run_list_shows_cluster_state_and_progress(admin_client: Client) -> None:
+    make_run(
+        steps=(("a", "noop", "succeeded"), ("b", "approval", "waiting"), ("c", "noop", "pending"))
+    )
+    page = admin_client.get(reverse("admin:workflows_run_changelist")).content.decode()
+    assert "fleet/c1" in page
+    assert "waiting for approval" in page
+    assert "1 of 3 steps" in page
+    assert "v1.33.0" in page
+
+
+def test_the_run_list_costs_the_same_queries_for_a_thousand_runs(
+    admin_client: Client, django_assert_max_num_queries: object
+) -> None:
+    runs = Run.objects.bulk_create(
+        Run(
+            template_name="gate",
+            template_generation=1,
+            spec={},
+            hook="BeforeClusterUpgrade",
+            cluster_key=f"u{i}",
+            cluster_namespace="fleet",
+            cluster_name=f"c{i}",
+            moment="v1.33.0",
+        )
+        for i in range(1000)
+    )
+    StepRun.objects.bulk_create(StepRun(run=r, name="s", position=0, type="noop") for r in runs)
+    with django_assert_max_num_queries(8):  # type: ignore[operator]
+        response = admin_client.get(
+            reverse("admin:workflows_run_changelist") + "?state=pending&hook=BeforeClusterUpgrade"
+        )
+    assert response.status_code == 200
+    assert "0 of 1 steps" in response.content.decode()
+
+
+def test_a_runs_page_shows_its_timeline_history_and_actions(admin_client: Client) -> None:
+    run = make_run()
+    page = admin_client.get(reverse("admin:workflows_run_change", args=[run.pk])).content.decode()
+    assert "Steps (timeline)" in page and "History" in page
+    assert reverse("admin:workflows_run_step_action", args=[run.pk, "approve", "approve"]) in page
+    assert reverse("admin:workflows_run_action", args=[run.pk, "cancel"]) in page
+
+
+def test_approving_from_the_admin_asks_for_a_reason_and_records_who(admin_client: Client) -> None:
+    run = make_run()
+    url = reverse("admin:workflows_run_step_action", args=[run.pk, "approve", "approve"])
+    confirm = admin_client.get(url).content.decode()
+    assert "Approve step approve" in confirm and 'name="reason"' in confirm
+    assert admin_client.post(url, {"reason": ""}).status_code == 200  # a reason is required
+    assert not RunEvent.objects.exists()
+    response = admin_client.post(url, {"reason": "CAB-1234"})
+    assert response.status_code == 302
+    event = RunEvent.objects.get(kind="action")
+    assert (event.name, event.actor, event.reason, event.step_name) == (
+        "approve",
+        "admin:admin",
+        "CAB-1234",
+        "approve",
+    )
+    assert StepRun.objects.get(name="approve").memo["approved_by"] == "admin:admin"
+
+
+def test_cancel_and_release_from_the_admin(admin_client: Client) -> None:
+    run = make_run()
+    admin_client.post(
+        reverse("admin:workflows_run_action", args=[run.pk, "cancel"]), {"reason": "bad window"}
+    )
+    admin_client.post(
+        reverse("admin:workflows_run_action", args=[run.pk, "release"]), {"reason": "proceed"}
+    )
+    run.refresh_from_db()
+    assert (run.state, run.released) == ("cancelled", True)
+
+
+def test_staff_without_the_operate_permission_can_look_but_not_act(client: Client) -> None:
+    user = User.objects.create_user("viewer", password="x-" * 8, is_staff=True)
+    client.force_login(user)
+    run = make_run()
+    assert client.get(reverse("admin:workflows_run_change", args=[run.pk])).status_code == 200
+    client.post(reverse("admin:workflows_run_action", args=[run.pk, "cancel"]), {"reason": "no"})
+    run.refresh_from_db()
+    assert run.state == "running"
+    assert not RunEvent.objects.exists()
+
+
+def test_the_admin_is_for_staff_only(client: Client) -> None:
+    client.force_login(User.objects.create_user("someone", password="y-" * 8))
+    response = client.get(reverse("admin:workflows_run_changelist"))
+    assert response.status_code == 302 and "/login/" in response["Location"]

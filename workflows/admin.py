@@ -1,0 +1,346 @@
+"""The Django admin: read-only run history with progress; operator actions behind a confirmation.
+
+Runs, steps and events are never edited here: actions call `workflows.actions`, which
+change state through transitions and record who did what and why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from workflows import actions
+from workflows.models import Run, RunEvent, StepRun, WorkflowTemplate
+
+STATE_COLOURS = {
+    "pending": "#6c757d",
+    "running": "#0d6efd",
+    "approval": "#b8860b",
+    "succeeded": "#198754",
+    "failed": "#dc3545",
+    "cancelled": "#343a40",
+}
+
+#: Actions on a whole run, and on one step: (label, needs a step, function).
+RUN_ACTIONS = {
+    "retry": "Retry failed steps",
+    "cancel": "Cancel the run",
+    "release": "Release the hold",
+}
+STEP_ACTIONS = {"approve": "Approve", "skip": "Skip", "retry": "Retry"}
+
+
+class ReadOnlyMixin:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class StepInline(ReadOnlyMixin, admin.TabularInline):  # type: ignore[type-arg]
+    model = StepRun
+    fields = (
+        "name",
+        "type",
+        "state_badge",
+        "failures",
+        "started_at",
+        "finished_at",
+        "message",
+        "output",
+        "step_actions",
+    )
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    verbose_name_plural = "Steps (timeline)"
+
+    @admin.display(description="state")
+    def state_badge(self, step: StepRun) -> str:
+        waiting_approval = step.type == "approval" and step.state == StepRun.State.WAITING
+        return badge(
+            "approval" if waiting_approval else step.state,
+            "waiting for approval" if waiting_approval else step.state,
+        )
+
+    @admin.display(description="actions")
+    def step_actions(self, step: StepRun) -> str:
+        links = []
+        for action, label in STEP_ACTIONS.items():
+            if _step_action_applies(step, action):
+                url = reverse(
+                    "admin:workflows_run_step_action", args=[step.run_id, step.name, action]
+                )
+                links.append(format_html('<a class="button" href="{}">{}</a>', url, label))
+        return format_html(" ".join(["{}"] * len(links)), *links) if links else "-"
+
+
+class EventInline(ReadOnlyMixin, admin.TabularInline):  # type: ignore[type-arg]
+    model = RunEvent
+    fields = ("at", "kind", "name", "step_name", "actor", "reason", "message")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ("-at", "-id")
+    verbose_name_plural = "History (transitions and operator actions, newest first)"
+
+
+def badge(state: str, label: str | None = None) -> str:
+    colour = STATE_COLOURS.get(state, "#6c757d")
+    return format_html(
+        '<span class="hooksvc-badge" style="background:{};color:#fff;'
+        'padding:2px 8px;border-radius:10px">{}</span>',
+        colour,
+        label or state,
+    )
+
+
+def _step_action_applies(step: StepRun, action: str) -> bool:
+    if action == "approve":
+        return step.type == "approval" and step.state not in StepRun.FINISHED
+    if action == "skip":
+        return step.state not in StepRun.DONE
+    return step.state in (StepRun.State.FAILED, StepRun.State.CANCELLED)
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(max_length=500, widget=forms.TextInput(attrs={"size": 60}))
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = (
+        "cluster",
+        "hook",
+        "moment_display",
+        "template_name",
+        "state_badge",
+        "progress",
+        "started_at",
+        "duration",
+    )
+    list_filter = ("hook", "state", "cluster_namespace", "template_name")
+    search_fields = ("cluster_name",)
+    ordering = ("-created_at",)
+    list_per_page = 50
+    show_full_result_count = False
+    inlines = (StepInline, EventInline)
+    fields = (
+        "template_name",
+        "template_generation",
+        "hook",
+        "cluster_namespace",
+        "cluster_name",
+        "cluster_key",
+        "moment",
+        "state",
+        "message",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "deadline_at",
+        "deadline_exceeded",
+        "released",
+        "spec",
+        "context",
+    )
+    readonly_fields = fields
+    change_form_template = "admin/workflows/run/change_form.html"
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Viewing only: the change form is read-only and saves nothing.
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_active and request.user.is_staff)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
+        # Progress comes from one aggregate per page, not one query per row.
+        queryset: QuerySet[Run] = (
+            super()
+            .get_queryset(request)
+            .annotate(
+                steps_total=Count("steps"),
+                steps_done=Count("steps", filter=Q(steps__state__in=StepRun.DONE)),
+                steps_approval=Count(
+                    "steps", filter=Q(steps__type="approval", steps__state=StepRun.State.WAITING)
+                ),
+            )
+        )
+        return queryset
+
+    @admin.display(description="cluster", ordering="cluster_name")
+    def cluster(self, run: Run) -> str:
+        return f"{run.cluster_namespace}/{run.cluster_name}"
+
+    @admin.display(description="moment", ordering="moment")
+    def moment_display(self, run: Run) -> str:
+        return run.moment.replace("->", " → ") or "-"
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, run: Run) -> str:
+        if run.state == Run.State.RUNNING and getattr(run, "steps_approval", None):
+            return badge("approval", "waiting for approval")
+        return badge(run.state)
+
+    @admin.display(description="progress")
+    def progress(self, run: Run) -> str:
+        total = getattr(run, "steps_total", None)
+        if total is None:
+            total = run.steps.count()
+            done = run.steps.filter(state__in=StepRun.DONE).count()
+        else:
+            done = getattr(run, "steps_done", 0)
+        percent = int(100 * done / total) if total else 0
+        return format_html(
+            '<div class="hooksvc-progress" title="{} of {} steps" '
+            'style="width:120px;background:#e9ecef;border-radius:4px">'
+            '<div style="width:{}%;background:#198754;height:8px;border-radius:4px"></div>'
+            "</div>{} of {} steps",
+            done,
+            total,
+            percent,
+            done,
+            total,
+        )
+
+    @admin.display(description="duration")
+    def duration(self, run: Run) -> str:
+        if not run.started_at:
+            return "-"
+        seconds = int(((run.finished_at or timezone.now()) - run.started_at).total_seconds())
+        return (
+            f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
+            if seconds >= 3600
+            else f"{seconds // 60}m{seconds % 60:02d}s"
+        )
+
+    def get_urls(self) -> list[URLPattern]:
+        own = [
+            path(
+                "<int:run_id>/action/<str:action>/",
+                self.admin_site.admin_view(self.run_action_view),
+                name="workflows_run_action",
+            ),
+            path(
+                "<int:run_id>/step/<str:step_name>/<str:action>/",
+                self.admin_site.admin_view(self.step_action_view),
+                name="workflows_run_step_action",
+            ),
+        ]
+        return own + super().get_urls()
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        run = get_object_or_404(Run, pk=object_id)
+        links = [
+            (label, reverse("admin:workflows_run_action", args=[run.pk, action]))
+            for action, label in RUN_ACTIONS.items()
+            if _run_action_applies(run, action)
+        ]
+        return super().change_view(
+            request, object_id, form_url, {**(extra_context or {}), "run_actions": links}
+        )
+
+    def run_action_view(self, request: HttpRequest, run_id: int, action: str) -> HttpResponse:
+        run = get_object_or_404(Run, pk=run_id)
+        if action not in RUN_ACTIONS:
+            return HttpResponseRedirect(reverse("admin:workflows_run_change", args=[run_id]))
+        return self._confirm(request, run, action, RUN_ACTIONS[action], step_name="")
+
+    def step_action_view(
+        self, request: HttpRequest, run_id: int, step_name: str, action: str
+    ) -> HttpResponse:
+        run = get_object_or_404(Run, pk=run_id)
+        if action not in STEP_ACTIONS:
+            return HttpResponseRedirect(reverse("admin:workflows_run_change", args=[run_id]))
+        return self._confirm(
+            request, run, action, f"{STEP_ACTIONS[action]} step {step_name}", step_name=step_name
+        )
+
+    def _confirm(
+        self, request: HttpRequest, run: Run, action: str, title: str, *, step_name: str
+    ) -> HttpResponse:
+        if not self._may_act(request):
+            messages.error(
+                request,
+                "Only superusers and users with the 'operate runs' permission can act on runs.",
+            )
+            return HttpResponseRedirect(reverse("admin:workflows_run_change", args=[run.pk]))
+        form = ReasonForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            actor = request.user.get_username()
+            try:
+                _perform(
+                    action,
+                    run.pk,
+                    step_name,
+                    actor=f"admin:{actor}",
+                    reason=form.cleaned_data["reason"],
+                )
+            except actions.ActionError as exc:
+                messages.error(request, str(exc))
+            else:
+                messages.success(request, f"{title}: done, recorded as admin:{actor}.")
+            return HttpResponseRedirect(reverse("admin:workflows_run_change", args=[run.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "run": run,
+            "form": form,
+            "opts": self.model._meta,
+            "action": action,
+            "step_name": step_name,
+        }
+        return TemplateResponse(request, "admin/workflows/run/confirm_action.html", context)
+
+    @staticmethod
+    def _may_act(request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser or request.user.has_perm("workflows.operate_run"))
+
+
+def _run_action_applies(run: Run, action: str) -> bool:
+    if action == "cancel":
+        return not run.is_finished
+    if action == "release":
+        return not run.released and run.state != Run.State.SUCCEEDED
+    return run.state in (Run.State.FAILED, Run.State.CANCELLED)
+
+
+def _perform(action: str, run_id: int, step_name: str, *, actor: str, reason: str) -> None:
+    if action == "approve":
+        actions.step_approve(run_id=run_id, step_name=step_name, actor=actor, reason=reason)
+    elif action == "skip":
+        actions.step_skip(run_id=run_id, step_name=step_name, actor=actor, reason=reason)
+    elif action == "retry":
+        actions.run_retry(run_id=run_id, step_name=step_name, actor=actor, reason=reason)
+    elif action == "cancel":
+        actions.run_cancel(run_id=run_id, actor=actor, reason=reason)
+    elif action == "release":
+        actions.run_release(run_id=run_id, actor=actor, reason=reason)
+
+
+@admin.register(WorkflowTemplate)
+class WorkflowTemplateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("name", "hook", "generation", "updated_at")
+    list_filter = ("hook",)
+    search_fields = ("name",)
+    readonly_fields = ("generation", "created_at", "updated_at")
