@@ -117,6 +117,7 @@ class LifecycleHookView(_RuntimeHookView):
                 **_cluster_fields(call),
                 "status": answer.status,
                 "retry_after": answer.retry_after,
+                "runs": list(answer.runs),
                 "duration_ms": round((time.perf_counter() - started) * 1000, 2),
             },
         )

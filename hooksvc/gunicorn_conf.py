@@ -17,7 +17,10 @@ _tls_dir = Path(
 )
 _client_auth = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"
 
-bind = os.environ.get("HOOKSVC_BIND", "0.0.0.0:9443")
+bind = [os.environ.get("HOOKSVC_BIND", "0.0.0.0:9443")]
+if os.environ.get("HOOKSVC_ADMIN_PORT"):
+    # The admin listener: same TLS, its own port (see hooksvc/middleware.py).
+    bind.append(f"{bind[0].rsplit(':', 1)[0]}:{os.environ['HOOKSVC_ADMIN_PORT']}")
 worker_class = "gthread"
 workers = int(os.environ.get("HOOKSVC_WEB_WORKERS", "2"))
 threads = int(os.environ.get("HOOKSVC_WEB_THREADS", "8"))

@@ -27,6 +27,7 @@ ENVIRONMENT: dict[str, str] = {
     "DATABASE_URL": "postgres://user@host:5432/db (password from the URL or PGPASSWORD)",
     "CELERY_BROKER_URL": "redis://host:6379/0; unset: a filesystem transport (development)",
     "HOOKSVC_BIND": "address the HTTPS server listens on, default 0.0.0.0:9443",
+    "HOOKSVC_ADMIN_PORT": "a second HTTPS port for the admin and /metrics; unset: one port for all",
     "HOOKSVC_TLS_DIR": "directory holding tls.crt, tls.key and ca.crt (cert-manager's layout)",
     "HOOKSVC_TLS_CLIENT_AUTH": "1 to require client certificates signed by ca.crt (mutual TLS)",
     "HOOKSVC_PATH_PREFIX": "path prefix of the hook endpoints (ExtensionConfig service.path)",
@@ -82,6 +83,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "hooksvc.middleware.PortSplitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -181,6 +183,8 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+ADMIN_PORT = int(os.environ.get("HOOKSVC_ADMIN_PORT", "0")) or None
+
 TLS_DIR = Path(os.environ.get("HOOKSVC_TLS_DIR", DATA_DIR / "tls"))
 TLS_CLIENT_AUTH = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"
 
@@ -200,8 +204,12 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "hooksvc.logs.JSONFormatter"},
+        "text": {
+            "()": "hooksvc.logs.TextFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "text"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": os.environ.get("HOOKSVC_LOG_LEVEL", "INFO")},
 }

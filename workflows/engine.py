@@ -59,6 +59,8 @@ class Answer:
     status: catalog.Status
     message: str = ""
     retry_after: int = 0
+    #: The runs the answer comes from, for the log line that links a hook call to its runs.
+    runs: tuple[int, ...] = dataclasses.field(default=(), compare=False)
 
 
 PROCEED = Answer(catalog.Status.SUCCESS)
@@ -76,10 +78,11 @@ def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
     if not templates:
         return PROCEED
     runs = runs_ensure(templates=templates, call=call)
+    run_ids = tuple(r.pk for r in runs)
     if not call.hook.blocking:
-        return PROCEED
+        return dataclasses.replace(PROCEED, runs=run_ids)
     now = clock()
-    return combine([render(run, now) for run in runs])
+    return dataclasses.replace(combine([render(run, now) for run in runs]), runs=run_ids)
 
 
 _RUN_ANSWER_FIELDS = (
