@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from hooksvc import catalog, handlers, wire
-from workflows import engine
+from workflows import engine, hookcalls
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +110,22 @@ class LifecycleHookView(_RuntimeHookView):
                 "hook call failed", extra={"action": "hook_error", **_cluster_fields(call)}
             )
             return Response(catalog.response(hook, catalog.Status.FAILURE, MSG_INTERNAL))
+        latency_ms = round((time.perf_counter() - started) * 1000, 2)
+        try:
+            hookcalls.record(
+                call=call,
+                handler=handler.name,
+                status=answer.status,
+                message=answer.message,
+                retry_after=answer.retry_after if hook.blocking else None,
+                latency_ms=latency_ms,
+            )
+        except DatabaseError:
+            # The answer stands; only its record in the admin is missing.
+            logger.warning(
+                "hook call not recorded",
+                extra={"action": "hook_record_failed", **_cluster_fields(call)},
+            )
         logger.info(
             "hook answered",
             extra={
@@ -118,7 +134,7 @@ class LifecycleHookView(_RuntimeHookView):
                 "status": answer.status,
                 "retry_after": answer.retry_after,
                 "runs": list(answer.runs),
-                "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                "duration_ms": latency_ms,
             },
         )
         return Response(catalog.response(hook, answer.status, answer.message, answer.retry_after))

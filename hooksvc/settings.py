@@ -39,6 +39,7 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_LOG_LEVEL": "log level, default INFO",
     "HOOKSVC_RECONCILE_SECONDS": "how often beat runs the reconciler, default 15",
     "HOOKSVC_RECONCILE_GRACE_SECONDS": "how late work must be to be re-enqueued, default 30",
+    "HOOKSVC_HOOK_CALL_RETENTION_DAYS": "how long hook calls are kept for the admin, default 7",
     "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
 }
 
@@ -181,7 +182,9 @@ CELERY_BEAT_SCHEDULE = {
         "task": "workflows.reconcile",
         "schedule": float(os.environ.get("HOOKSVC_RECONCILE_SECONDS", "15")),
     },
+    "prune-hook-calls": {"task": "workflows.prune_hook_calls", "schedule": 3600.0},
 }
+HOOK_CALL_RETENTION_DAYS = float(os.environ.get("HOOKSVC_HOOK_CALL_RETENTION_DAYS", "7"))
 
 ADMIN_PORT = int(os.environ.get("HOOKSVC_ADMIN_PORT", "0")) or None
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from workflows import actions
-from workflows.models import Run, RunEvent, StepRun, WorkflowTemplate
+from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
 
 STATE_COLOURS = {
     "pending": "#6c757d",
@@ -37,6 +37,8 @@ RUN_ACTIONS = {
     "release": "Release the hold",
 }
 STEP_ACTIONS = {"approve": "Approve", "skip": "Skip", "retry": "Retry"}
+#: The newest hook calls shown on a run's page.
+HOOK_CALLS_SHOWN = 50
 
 
 class ReadOnlyMixin:
@@ -256,9 +258,11 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
             for action, label in RUN_ACTIONS.items()
             if _run_action_applies(run, action)
         ]
-        return super().change_view(
-            request, object_id, form_url, {**(extra_context or {}), "run_actions": links}
-        )
+        calls = HookCall.objects.filter(
+            cluster_key=run.cluster_key, hook=run.hook, moment=run.moment
+        )[:HOOK_CALLS_SHOWN]
+        context = {**(extra_context or {}), "run_actions": links, "hook_calls": calls}
+        return super().change_view(request, object_id, form_url, context)
 
     def run_action_view(self, request: HttpRequest, run_id: int, action: str) -> HttpResponse:
         run = get_object_or_404(Run, pk=run_id)
@@ -344,3 +348,29 @@ class WorkflowTemplateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ("hook",)
     search_fields = ("name",)
     readonly_fields = ("generation", "created_at", "updated_at")
+
+
+@admin.register(HookCall)
+class HookCallAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = (
+        "at",
+        "hook",
+        "handler",
+        "cluster",
+        "moment",
+        "status",
+        "retry_after",
+        "message",
+        "latency_ms",
+    )
+    list_filter = ("hook", "status", "cluster_namespace")
+    search_fields = ("cluster_name",)
+    ordering = ("-at",)
+    show_full_result_count = False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_active and request.user.is_staff)
+
+    @admin.display(description="cluster", ordering="cluster_name")
+    def cluster(self, call: HookCall) -> str:
+        return f"{call.cluster_namespace}/{call.cluster_name}"

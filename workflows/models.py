@@ -184,3 +184,31 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name}"
+
+
+class HookCall(models.Model):
+    """One hook call CAPI made and the answer it got; kept HOOK_CALL_RETENTION_DAYS days."""
+
+    at = models.DateTimeField(auto_now_add=True)
+    hook = models.CharField(max_length=64, choices=HOOK_CHOICES)
+    handler = models.CharField(max_length=63)
+    cluster_key = models.CharField(max_length=320)
+    cluster_namespace = models.CharField(max_length=253)
+    cluster_name = models.CharField(max_length=253)
+    moment = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16)
+    retry_after = models.PositiveIntegerField(null=True, blank=True)
+    message = models.CharField(max_length=1000, blank=True)
+    latency_ms = models.FloatField()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [
+            models.Index(
+                fields=["cluster_key", "hook", "moment", "-at"], name="workflows_call_moment_idx"
+            ),
+            models.Index(fields=["at"], name="workflows_call_at_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hook} {self.cluster_namespace}/{self.cluster_name}"

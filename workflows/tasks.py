@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from workflows import engine
+from workflows import engine, hookcalls
 
 
 @shared_task(name="workflows.advance")
@@ -25,3 +25,8 @@ def run_step(step_id: int) -> None:
 @shared_task(name="workflows.reconcile")
 def reconcile() -> None:
     engine.reconcile()
+
+
+@shared_task(name="workflows.prune_hook_calls")
+def prune_hook_calls() -> None:
+    hookcalls.prune()

@@ -1,0 +1,87 @@
+"""Every answered hook call is recorded, shown on its run's page, and pruned after the retention."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from tests.support import capi, servers
+from tests.support import workflows as wf
+from workflows import hookcalls
+from workflows.models import HookCall, Run
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_an_answered_call_is_recorded_with_its_answer_and_latency(
+    hook_server: servers.HookServer,
+) -> None:
+    wf.template("backup", retryAfterSeconds=15)
+    hook_server.post(
+        capi.hook_path("BeforeClusterUpgrade"), capi.hook_request("BeforeClusterUpgrade")
+    )
+    hook_server.post(capi.hook_path("BeforeClusterUpgrade"), b"{")
+    call = HookCall.objects.get()
+    assert (call.hook, call.handler, call.cluster_namespace, call.cluster_name, call.moment) == (
+        "BeforeClusterUpgrade",
+        "before-cluster-upgrade",
+        "fleet",
+        "prod-eu-1",
+        "v1.33.0",
+    )
+    assert (call.status, call.retry_after, call.message) == (
+        "Success",
+        15,
+        "workflow backup is starting",
+    )
+    assert call.latency_ms > 0
+
+
+@pytest.mark.django_db
+def test_a_runs_page_lists_the_calls_that_asked_about_it(admin_client: Client) -> None:
+    wf.template("backup")
+    hookcalls.record(
+        call=wf.call(),
+        handler="before-cluster-upgrade",
+        status="Success",
+        message="workflow backup is running step snapshot",
+        retry_after=10,
+        latency_ms=1.5,
+    )
+    run = Run.objects.create(
+        template_name="backup",
+        template_generation=1,
+        spec=wf.spec(),
+        hook="BeforeClusterUpgrade",
+        cluster_key="6f0c2a4e-2d7b-4c61-9a1e-0f5c1d2e3a4b",
+        cluster_namespace="fleet",
+        cluster_name="prod-eu-1",
+        moment="v1.33.0",
+    )
+    page = admin_client.get(reverse("admin:workflows_run_change", args=[run.pk])).content.decode()
+    assert "workflow backup is running step snapshot" in page
+    assert "1.5 ms" in page
+
+
+@pytest.mark.django_db
+def test_prune_deletes_only_calls_older_than_the_retention(settings: Any) -> None:
+    settings.HOOK_CALL_RETENTION_DAYS = 7
+    for age in (1, 6, 8, 30):
+        hookcalls.record(
+            call=wf.call(),
+            handler="h",
+            status="Success",
+            message=f"{age}",
+            retry_after=0,
+            latency_ms=1,
+        )
+        HookCall.objects.filter(message=f"{age}").update(
+            at=timezone.now() - datetime.timedelta(days=age)
+        )
+    assert hookcalls.prune(batch=1) == 2
+    assert sorted(HookCall.objects.values_list("message", flat=True)) == ["1", "6"]
