@@ -79,3 +79,12 @@ def test_the_build_context_leaves_out_local_state() -> None:
 
 def test_gunicorn_opens_no_control_socket_on_the_read_only_root() -> None:
     assert gunicorn_conf.control_socket_disable is True
+
+
+def test_the_image_requirements_bring_what_the_redis_broker_imports() -> None:
+    # kombu's Redis transport imports `packaging`, declared only by its `redis` extra; the
+    # dev virtualenv has it through pytest, the image only through this extra.
+    base = (manifests.ROOT / "requirements" / "base.txt").read_text().splitlines()
+    assert any(line.startswith("celery[redis]==") for line in base)
+    prod = (manifests.ROOT / "requirements" / "prod.txt").read_text().splitlines()
+    assert "-r base.txt" in prod
