@@ -34,6 +34,10 @@ certfile = str(_tls_dir / "tls.crt")
 keyfile = str(_tls_dir / "tls.key")
 accesslog = None
 proc_name = "hooksvc-web"
+# gunicorn 25.1+ opens a control socket for `gunicornc` under $XDG_RUNTIME_DIR or
+# ~/.gunicorn by default; the container runs with a read-only root filesystem and nobody
+# uses gunicornc there (Kubernetes signals the process), so turn it off.
+control_socket_disable = True
 # Load Django in the master: a bad configuration stops the server before it listens,
 # and workers fork with the app already imported.
 preload_app = True

@@ -1,0 +1,39 @@
+#!/bin/sh
+# hooksvc container entry point: the first argument names the process to run.
+#   web                  gunicorn, HTTPS on $HOOKSVC_BIND (default 0.0.0.0:9443)
+#   worker               Celery worker (warm shutdown on SIGTERM: finishes its current tasks)
+#   beat                 Celery beat; its schedule file lives in the writable /tmp
+#   migrate              apply database migrations, then exit
+#   wait-for-migrations  block until no migration is pending (an init container's job)
+#   anything else        run as given, e.g. `python manage.py createsuperuser`
+# Every process is exec'd, so it is PID 1 and receives Kubernetes' SIGTERM itself.
+set -eu
+
+command="${1:-web}"
+if [ "$#" -gt 0 ]; then shift; fi
+
+case "$command" in
+web)
+    exec gunicorn -c python:hooksvc.gunicorn_conf hooksvc.wsgi "$@"
+    ;;
+worker)
+    exec celery -A hooksvc worker -l INFO "$@"
+    ;;
+beat)
+    exec celery -A hooksvc beat -l INFO -s /tmp/celerybeat-schedule "$@"
+    ;;
+migrate)
+    exec python manage.py migrate --noinput "$@"
+    ;;
+wait-for-migrations)
+    # `migrate --check` exits non-zero while migrations are unapplied: the migrate Job
+    # of this release has not finished yet.
+    until python manage.py migrate --check >/dev/null; do
+        echo "waiting for the migrate Job: migrations are pending" >&2
+        sleep 5
+    done
+    ;;
+*)
+    exec "$command" "$@"
+    ;;
+esac

@@ -1,0 +1,97 @@
+"""Rendering k8s/ with `kubectl kustomize` and walking the objects, for tests/deploy.
+
+The tests read what `kubectl apply -k` would send, never the source files, so a patch in an
+overlay is checked as well as the base it changes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "k8s"
+#: Where CI keeps the CAPI reference data: shared/ is cloned beside the repository.
+CAPI_DIR = ROOT.parent / "shared" / "capi"
+
+#: Every kustomization a user applies, by the name the tests use.
+TARGETS = {
+    "base": K8S / "base",
+    "dev": K8S / "overlays" / "dev",
+    "prod": K8S / "overlays" / "prod",
+}
+#: Kinds that carry a pod template.
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job")
+
+Obj = dict[str, Any]
+
+
+def kubectl() -> str | None:
+    return shutil.which("kubectl")
+
+
+def render(path: Path, *, unrestricted: bool = False) -> list[Obj]:
+    """The objects `kubectl kustomize path` prints."""
+    exe = kubectl()
+    assert exe is not None
+    cmd = [exe, "kustomize", str(path)]
+    if unrestricted:
+        # A kustomization outside k8s/ (a test's temporary overlay) refers back into it.
+        cmd.append("--load-restrictor=LoadRestrictionsNone")
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, f"kubectl kustomize {path} failed:\n{proc.stderr}"
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def render_with_component(component: str, tmp_path: Path) -> list[Obj]:
+    """The base with one of k8s/components/ added, as an operator's overlay would."""
+    rel = Path(os.path.relpath(K8S, tmp_path))
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [str(rel / "base")],
+                "components": [str(rel / "components" / component)],
+            }
+        )
+    )
+    return render(tmp_path, unrestricted=True)
+
+
+def find(objects: list[Obj], kind: str, name: str) -> Obj:
+    matches = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(matches) == 1, f"expected one {kind}/{name}, found {len(matches)}"
+    return matches[0]
+
+
+def workloads(objects: list[Obj]) -> Iterator[Obj]:
+    return (o for o in objects if o["kind"] in WORKLOAD_KINDS)
+
+
+def pod_spec(workload: Obj) -> Obj:
+    spec: Obj = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def containers(workload: Obj) -> Iterator[Obj]:
+    """Every container of the pod template, init containers included."""
+    spec = pod_spec(workload)
+    yield from spec.get("initContainers", [])
+    yield from spec["containers"]
+
+
+def is_hooksvc(workload: Obj) -> bool:
+    """A workload running the hooksvc image (not the dev overlay's PostgreSQL or Redis)."""
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    return bool(labels.get("app.kubernetes.io/name") == "hooksvc")
+
+
+def id_of(obj: Obj) -> str:
+    return f"{obj['kind']}/{obj['metadata']['name']}"

@@ -1,0 +1,166 @@
+"""Least privilege, object by object: pod and container security, resources, RBAC.
+
+The namespace enforces the restricted Pod Security Standard, so every container in every
+overlay (the dev overlay's PostgreSQL and Redis too) must meet it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deploy import manifests
+
+#: The whole of hooksvc's cluster-wide permissions: (API group, resource) -> verbs.
+EXPECTED_CLUSTER_RULES = {
+    ("cluster.x-k8s.io", "clusters"): {"get", "list", "watch"},
+    ("", "secrets"): {"get", "list", "watch"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+}
+RBAC_KINDS = ("ClusterRole", "Role")
+#: The one writable path of a hooksvc container (a mount path in the pod, not a file here).
+TMP = "/tmp"  # noqa: S108
+
+
+def _rule_set(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        assert set(rule) <= {"apiGroups", "resources", "verbs"}, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def wildcards(rules: list[dict[str, Any]]) -> list[str]:
+    """Every `*` in any field of any rule, as `field: value`."""
+    found = []
+    for rule in rules:
+        for field, values in rule.items():
+            found += [f"{field}: {v}" for v in values if "*" in v]
+    return found
+
+
+def test_every_pod_and_container_runs_restricted(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        for workload in manifests.workloads(objects):
+            where = f"{name}: {manifests.id_of(workload)}"
+            pod = manifests.pod_spec(workload)["securityContext"]
+            assert pod["runAsNonRoot"] is True, where
+            assert pod["runAsUser"] > 0, where
+            assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, where
+            for container in manifests.containers(workload):
+                ctx = container["securityContext"]
+                at = f"{where} container {container['name']}"
+                assert ctx["runAsNonRoot"] is True, at
+                assert ctx["readOnlyRootFilesystem"] is True, at
+                assert ctx["allowPrivilegeEscalation"] is False, at
+                assert ctx["capabilities"] == {"drop": ["ALL"]}, at
+                assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}, at
+                assert not ctx.get("privileged"), at
+
+
+def test_every_container_has_cpu_and_memory_requests_and_limits(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        for workload in manifests.workloads(objects):
+            for container in manifests.containers(workload):
+                at = f"{name}: {manifests.id_of(workload)} container {container['name']}"
+                resources = container["resources"]
+                assert set(resources["requests"]) == {"cpu", "memory"}, at
+                assert set(resources["limits"]) == {"cpu", "memory"}, at
+
+
+def test_hooksvc_containers_write_only_to_an_emptydir_tmp(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        for workload in filter(manifests.is_hooksvc, manifests.workloads(objects)):
+            volumes = {v["name"]: v for v in manifests.pod_spec(workload)["volumes"]}
+            for container in manifests.containers(workload):
+                at = f"{name}: {manifests.id_of(workload)} container {container['name']}"
+                mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+                assert "emptyDir" in volumes[mounts[TMP]], at
+                for path, volume in mounts.items():
+                    assert path == TMP or "emptyDir" not in volumes[volume], at
+
+
+def test_only_the_worker_gets_a_service_account_token(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        for workload in manifests.workloads(objects):
+            spec = manifests.pod_spec(workload)
+            talks_to_kubernetes = workload["metadata"]["name"] == "hooksvc-worker"
+            at = f"{name}: {manifests.id_of(workload)}"
+            assert spec.get("automountServiceAccountToken", True) is talks_to_kubernetes, at
+            if manifests.is_hooksvc(workload):
+                assert spec["serviceAccountName"] == "hooksvc", at
+
+
+def test_the_cluster_role_grants_exactly_the_listed_rules(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        roles = [o for o in objects if o["kind"] in RBAC_KINDS]
+        assert [manifests.id_of(r) for r in roles] == ["ClusterRole/hooksvc"], name
+        assert _rule_set(roles[0]["rules"]) == EXPECTED_CLUSTER_RULES, name
+        binding = manifests.find(objects, "ClusterRoleBinding", "hooksvc")
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "hooksvc",
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "hooksvc", "namespace": "hooksvc-system"}
+        ]
+
+
+def test_no_rule_anywhere_has_a_wildcard(
+    rendered: dict[str, list[manifests.Obj]], tmp_path: Path
+) -> None:
+    targets = {**rendered, "namespaced-secrets": _namespaced(tmp_path)}
+    for name, objects in targets.items():
+        for role in (o for o in objects if o["kind"] in RBAC_KINDS):
+            assert not wildcards(role["rules"]), f"{name}: {manifests.id_of(role)}"
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"apiGroups": ["*"], "resources": ["clusters"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["*"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["*"]},
+        {"apiGroups": [""], "resources": ["secrets/*"], "verbs": ["get"]},
+    ],
+)
+def test_the_wildcard_check_finds_a_star_in_any_field(rule: dict[str, Any]) -> None:
+    assert wildcards([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}, rule])
+
+
+def _namespaced(tmp_path: Path) -> list[manifests.Obj]:
+    if manifests.kubectl() is None:
+        pytest.skip("kubectl is not installed (README, 'Deploy on Kubernetes')")
+    return manifests.render_with_component("namespaced-secrets", tmp_path)
+
+
+def test_the_namespaced_component_moves_secrets_to_a_role(tmp_path: Path) -> None:
+    objects = _namespaced(tmp_path)
+    cluster_rules = _rule_set(manifests.find(objects, "ClusterRole", "hooksvc")["rules"])
+    expected = dict(EXPECTED_CLUSTER_RULES)
+    del expected[("", "secrets")]
+    assert cluster_rules == expected
+    role = manifests.find(objects, "Role", "hooksvc-secrets")
+    assert _rule_set(role["rules"]) == {("", "secrets"): {"get", "list", "watch"}}
+    binding = manifests.find(objects, "RoleBinding", "hooksvc-secrets")
+    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
+    assert binding["roleRef"]["name"] == "hooksvc-secrets"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "hooksvc", "namespace": "hooksvc-system"}
+    ]

@@ -1,0 +1,185 @@
+"""The shape of the deployment: web behind the Service, disruption budgets, single beat,
+graceful shutdown that fits the grace period, certificates and the ExtensionConfig wiring.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hooksvc import gunicorn_conf
+from tests.deploy import manifests
+
+WEB_LABELS = {"app.kubernetes.io/name": "hooksvc", "app.kubernetes.io/component": "web"}
+SERVICE_DNS = {
+    "hooksvc-webhook-service.hooksvc-system.svc",
+    "hooksvc-webhook-service.hooksvc-system.svc.cluster.local",
+}
+
+
+def _container(workload: manifests.Obj, name: str) -> manifests.Obj:
+    found: list[manifests.Obj] = [
+        c for c in manifests.pod_spec(workload)["containers"] if c["name"] == name
+    ]
+    assert len(found) == 1, name
+    return found[0]
+
+
+def _ports(container: manifests.Obj) -> dict[str, int]:
+    return {p["name"]: p["containerPort"] for p in container["ports"]}
+
+
+def prestop_seconds(container: manifests.Obj) -> int:
+    """The seconds of an exec `sleep N` preStop hook (0 without one)."""
+    hook = container.get("lifecycle", {}).get("preStop")
+    if hook is None:
+        return 0
+    command = hook["exec"]["command"]
+    assert command[0] == "sleep" and len(command) == 2, command
+    return int(command[1])
+
+
+def test_the_service_sends_443_to_the_web_pods_https_port(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        service = manifests.find(objects, "Service", "hooksvc-webhook-service")
+        assert service["metadata"]["namespace"] == "hooksvc-system"
+        assert service["spec"]["selector"] == WEB_LABELS, name
+        assert service["spec"]["ports"] == [
+            {"name": "https", "port": 443, "targetPort": 9443, "protocol": "TCP"}
+        ], name
+        web = manifests.find(objects, "Deployment", "hooksvc-web")
+        assert _ports(_container(web, "web"))["https"] == 9443, name
+
+
+def test_web_probes_healthz_and_readyz_over_https(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        web = _container(manifests.find(objects, "Deployment", "hooksvc-web"), "web")
+        port = _ports(web)
+        for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            get = web[probe]["httpGet"]
+            assert (get["path"], get["scheme"], port[get["port"]]) == (path, "HTTPS", 9443), name
+
+
+def test_web_runs_two_replicas_spread_over_nodes_with_a_budget(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    assert manifests.find(rendered["base"], "Deployment", "hooksvc-web")["spec"]["replicas"] == 2
+    for name, objects in rendered.items():
+        web = manifests.find(objects, "Deployment", "hooksvc-web")
+        replicas = web["spec"]["replicas"]
+        assert replicas >= 2, name
+        assert web["spec"]["template"]["metadata"]["labels"] == WEB_LABELS
+        terms = manifests.pod_spec(web)["affinity"]["podAntiAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert [t["podAffinityTerm"]["topologyKey"] for t in terms] == ["kubernetes.io/hostname"]
+        assert terms[0]["podAffinityTerm"]["labelSelector"] == {"matchLabels": WEB_LABELS}
+        pdb = manifests.find(objects, "PodDisruptionBudget", "hooksvc-web")
+        assert pdb["spec"]["selector"] == {"matchLabels": WEB_LABELS}, name
+        # At least one server stays, and a node drain can still evict one.
+        assert 1 <= pdb["spec"]["minAvailable"] < replicas, name
+
+
+def test_prod_runs_more_replicas_than_dev(rendered: dict[str, list[manifests.Obj]]) -> None:
+    for deployment in ("hooksvc-web", "hooksvc-worker"):
+        replicas = {
+            t: manifests.find(rendered[t], "Deployment", deployment)["spec"]["replicas"]
+            for t in ("dev", "prod")
+        }
+        assert replicas["prod"] > replicas["dev"], deployment
+
+
+def test_beat_is_a_single_replica_replaced_by_recreate(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        beat = manifests.find(objects, "Deployment", "hooksvc-beat")
+        assert beat["spec"]["replicas"] == 1, name
+        assert beat["spec"]["strategy"] == {"type": "Recreate"}, name
+
+
+def test_the_grace_period_covers_prestop_and_gunicorns_graceful_timeout(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        web = manifests.find(objects, "Deployment", "hooksvc-web")
+        prestop = prestop_seconds(_container(web, "web"))
+        assert prestop >= 5, "web needs a preStop sleep so endpoints drain before SIGTERM"
+        grace = manifests.pod_spec(web)["terminationGracePeriodSeconds"]
+        assert grace >= prestop + gunicorn_conf.graceful_timeout, name
+
+
+def test_the_worker_has_time_for_a_warm_shutdown(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        worker = manifests.find(objects, "Deployment", "hooksvc-worker")
+        assert manifests.pod_spec(worker)["terminationGracePeriodSeconds"] >= 30, name
+        # Celery's concurrency defaults to the node's CPU count: set it explicitly.
+        assert "--concurrency" in _container(worker, "worker")["args"], name
+
+
+def test_the_certificate_names_the_service_and_web_mounts_its_secret(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        cert = manifests.find(objects, "Certificate", "hooksvc-webhook")
+        assert set(cert["spec"]["dnsNames"]) == SERVICE_DNS, name
+        issuer = manifests.find(objects, "Issuer", cert["spec"]["issuerRef"]["name"])
+        assert issuer["metadata"]["namespace"] == cert["metadata"]["namespace"]
+        web = manifests.find(objects, "Deployment", "hooksvc-web")
+        volumes = {v["name"]: v for v in manifests.pod_spec(web)["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in _container(web, "web")["volumeMounts"]}
+        tls_dir = _env(_container(web, "web"))["HOOKSVC_TLS_DIR"]
+        assert volumes[mounts[tls_dir]]["secret"]["secretName"] == cert["spec"]["secretName"]
+
+
+def _env(container: manifests.Obj) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_the_extensionconfig_points_at_the_service_and_its_ca(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        config = manifests.find(objects, "ExtensionConfig", "hooksvc")
+        cert = manifests.find(objects, "Certificate", "hooksvc-webhook")
+        annotation = config["metadata"]["annotations"][
+            "runtime.cluster.x-k8s.io/inject-ca-from-secret"
+        ]
+        assert annotation == f"{cert['metadata']['namespace']}/{cert['spec']['secretName']}", name
+        assert config["spec"]["clientConfig"] == {
+            "service": {
+                "name": "hooksvc-webhook-service",
+                "namespace": "hooksvc-system",
+                "port": 443,
+            }
+        }, name
+        expressions = config["spec"]["namespaceSelector"]["matchExpressions"]
+        assert [e["key"] for e in expressions] == ["hooksvc.io/managed"], name
+        assert config["spec"]["settings"], name
+
+
+def test_the_network_policy_admits_capi_on_9443_and_chosen_namespaces_on_admin(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        policy = manifests.find(objects, "NetworkPolicy", "hooksvc-web")
+        assert policy["spec"]["podSelector"] == {"matchLabels": WEB_LABELS}
+        admitted = {
+            port["port"]: [peer["namespaceSelector"]["matchLabels"] for peer in rule["from"]]
+            for rule in policy["spec"]["ingress"]
+            for port in rule["ports"]
+        }
+        assert admitted == {
+            9443: [{"kubernetes.io/metadata.name": "capi-system"}],
+            8443: [{"hooksvc.io/admin-access": "true"}],
+        }, name
+        web = _container(manifests.find(objects, "Deployment", "hooksvc-web"), "web")
+        assert _ports(web) == {"https": 9443, "admin": 8443}, name
+        deny = manifests.find(objects, "NetworkPolicy", "hooksvc-default-deny-ingress")
+        assert deny["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "hooksvc"}}
+        assert "ingress" not in deny["spec"], name
