@@ -1,0 +1,1 @@
+"""Tests of the workflows app: template files, the operator CLI."""

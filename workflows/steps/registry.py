@@ -113,6 +113,9 @@ _TYPE_NAMES = {
 
 def _type_name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
+    # (int, float) reads "a number", not "an integer or a number".
+    if float in kinds:
+        kinds = tuple(k for k in kinds if k is not int)
     return " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
 
 

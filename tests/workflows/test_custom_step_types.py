@@ -1,0 +1,102 @@
+"""Custom step types: a module named in HOOKSVC_STEP_MODULES registers one with a decorator.
+
+apply_workflows then accepts it, fills its parameter defaults, rejects a bad parameter
+with the usual message, and the engine runs it like a built-in.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+
+from tests.workflows import documents
+from workflows import engine, errors
+from workflows.models import WorkflowTemplate
+from workflows.steps import registry
+
+pytestmark = pytest.mark.django_db
+MODULE = "tests.workflows.custom_steps"
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry as a new process sees it: nothing loaded, the custom module not imported."""
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    registry._REGISTRY.pop("chat_notify", None)
+    monkeypatch.setattr(registry, "_loaded", False)
+    monkeypatch.delitem(sys.modules, MODULE, raising=False)
+
+
+def apply(tmp_path: Path, step: Mapping[str, object]) -> list[str]:
+    path = tmp_path / "workflows.yaml"
+    path.write_text(documents.dump(documents.template("notify", steps=[step])))
+    out = io.StringIO()
+    call_command("apply_workflows", "-f", str(path), stdout=out)
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.usefixtures("fresh_registry")
+@override_settings(STEP_MODULES=[MODULE])
+def test_a_custom_step_type_is_accepted_with_its_defaults(tmp_path: Path) -> None:
+    step = {"name": "tell", "type": "chat_notify", "with": {"channel": "#ops"}}
+    assert apply(tmp_path, step) == ["workflowtemplate/notify created"]
+    stored = WorkflowTemplate.objects.get(name="notify").spec["steps"][0]
+    assert stored["with"] == {"channel": "#ops", "mentions": 0}
+    assert "chat_notify" in registry.names()
+
+
+@pytest.mark.usefixtures("fresh_registry")
+@override_settings(STEP_MODULES=[MODULE])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({}, "spec.steps[0].with.channel: is required"),
+        ({"channel": "ops"}, "spec.steps[0].with.channel: must start with '#'"),
+        ({"channel": "#ops", "mentions": "all"}, "spec.steps[0].with.mentions: must be an integer"),
+        ({"channel": "#ops", "mention": 1}, "spec.steps[0].with.mention: unknown parameter"),
+    ],
+)
+def test_a_bad_parameter_of_a_custom_step_type_is_rejected(
+    tmp_path: Path, params: dict[str, object], message: str
+) -> None:
+    with pytest.raises(CommandError) as caught:
+        apply(tmp_path, {"name": "tell", "type": "chat_notify", "with": params})
+    assert str(caught.value).endswith(f"document 1 (notify): {message}")
+    assert not WorkflowTemplate.objects.exists()
+
+
+@pytest.mark.usefixtures("fresh_registry")
+def test_without_the_setting_the_custom_type_is_unknown(tmp_path: Path) -> None:
+    with pytest.raises(
+        CommandError, match=r"spec.steps\[0\].type: unknown step type 'chat_notify'"
+    ):
+        apply(tmp_path, {"name": "tell", "type": "chat_notify", "with": {"channel": "#ops"}})
+
+
+@pytest.mark.usefixtures("fresh_registry")
+@override_settings(STEP_MODULES=[MODULE])
+def test_the_engine_runs_a_custom_step_type_like_a_built_in() -> None:
+    def context(channel: str, memo: dict[str, object]) -> registry.StepContext:
+        return registry.StepContext(
+            run_id=7,
+            step_name="tell",
+            step_type="chat_notify",
+            params={"channel": channel, "mentions": 0},
+            run_context={"cluster": {"name": "c1"}},
+            memo=memo,
+            attempt=1,
+        )
+
+    memo: dict[str, object] = {}
+    outcome = engine.execute_once(context("#ops", memo), {})
+    assert outcome == registry.Done({"posted": "#ops: c1 hooksvc-7-tell"})
+    assert engine.execute_once(context("#ops", memo), {}) == outcome
+    failed = engine.execute_once(context("#down", {}), {})
+    assert isinstance(failed, errors.TemporaryError)
+    assert failed.message == "chat is unavailable"

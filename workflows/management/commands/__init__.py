@@ -1,0 +1,1 @@
+"""`manage.py apply_workflows` and `manage.py workflows`."""

@@ -1,0 +1,55 @@
+"""`manage.py apply_workflows -f FILE [--prune] [--dry-run]`: templates from YAML, kubectl-style.
+
+Every document is parsed and validated before anything is written: one bad document
+and nothing changes (exit code 1, the problems on stderr).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from workflows import services, spec
+
+
+class Command(BaseCommand):
+    help = "Create, update (and with --prune delete) workflow templates from a YAML file."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "-f", "--filename", required=True, help="YAML file of documents; - reads stdin"
+        )
+        parser.add_argument(
+            "--prune", action="store_true", help="delete templates that are not in the file"
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="validate and report; write nothing"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        filename: str = options["filename"]
+        try:
+            text = sys.stdin.read() if filename == "-" else Path(filename).read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CommandError(f"{filename}: cannot read: {exc}") from None
+        try:
+            documents = spec.parse(text)
+        except spec.SpecError as exc:
+            raise CommandError("\n".join(f"{filename}: {m}" for m in exc.messages)) from None
+        report = services.templates_apply(
+            documents=documents, prune=options["prune"], dry_run=options["dry_run"]
+        )
+        suffix = " (dry run)" if options["dry_run"] else ""
+        verbs = {
+            **dict.fromkeys(report.created, "created"),
+            **dict.fromkeys(report.updated, "configured"),
+            **dict.fromkeys(report.unchanged, "unchanged"),
+        }
+        for doc in documents:
+            if doc.name in verbs:
+                self.stdout.write(f"workflowtemplate/{doc.name} {verbs[doc.name]}{suffix}")
+        for name in report.pruned:
+            self.stdout.write(f"workflowtemplate/{name} pruned{suffix}")

@@ -1,0 +1,264 @@
+"""Operators' YAML documents, validated into the normalized specs the engine reads.
+
+`parse(text)` loads every document of a file and validates each through the table
+`KINDS` (kind -> validator); only `WorkflowTemplate` exists so far. The result for a
+template is the dict stored in `WorkflowTemplate.spec` and snapshotted in `Run.spec`,
+with every default filled in. Unknown fields are errors: an operator's typo must not
+silently do nothing. `apply_workflows` and the tests are the callers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import yaml
+
+from hooksvc import catalog
+from workflows import fields
+from workflows.steps import registry
+
+API_VERSION = "hooksvc/v1alpha1"
+#: StepRun.retries is a small integer; more retries than this are a typo, not a plan.
+MAX_RETRIES = 100
+MAX_STEPS = 200
+
+
+class SpecError(ValueError):
+    """A file holds an invalid document; each line of the message names a document and field."""
+
+    def __init__(self, messages: Sequence[str]) -> None:
+        super().__init__("\n".join(messages))
+        self.messages = list(messages)
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """One valid document: its 1-based position in the file, kind, name and normalized spec."""
+
+    index: int
+    kind: str
+    name: str
+    spec: dict[str, Any]
+
+
+class _Loader(yaml.SafeLoader):
+    """safe_load, except that a key given twice is an error instead of the last one winning."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader rejects unhashable keys itself
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _selector(value: Any) -> dict[str, Any]:
+    where = "spec.clusterSelector"
+    if value is None:
+        return {}
+    raw = fields.mapping(value, where, ("namespaces", "matchLabels", "clusterClass"))
+    selector: dict[str, Any] = {}
+    # Only the given parts: an empty list or string would read as "match anything".
+    if "namespaces" in raw:
+        selector["namespaces"] = fields.names(
+            raw["namespaces"], f"{where}.namespaces", fields.string
+        )
+        if not selector["namespaces"]:
+            raise fields.FieldError(f"{where}.namespaces", "must list at least one namespace")
+    if "matchLabels" in raw:
+        selector["matchLabels"] = fields.string_map(raw["matchLabels"], f"{where}.matchLabels")
+    if "clusterClass" in raw:
+        selector["clusterClass"] = fields.string(raw["clusterClass"], f"{where}.clusterClass")
+    return selector
+
+
+_STEP_FIELDS = ("name", "type", "with", "timeoutSeconds", "retries", "dependsOn")
+
+
+def _step(value: Any, where: str, hook: str) -> dict[str, Any]:
+    raw = fields.mapping(value, where, _STEP_FIELDS, required=("name", "type"))
+    name = fields.name(raw["name"], f"{where}.name")
+    step_type = fields.string(raw["type"], f"{where}.type")
+    given = raw.get("with")
+    if given is not None and not isinstance(given, dict):
+        raise fields.FieldError(f"{where}.with", "must be an object")
+    try:
+        params = registry.validate(step_type, given or {}, hook=hook)
+    except registry.ParamError as exc:
+        text, prefix = str(exc), f"{exc.field}: "
+        message = text[len(prefix) :] if exc.field and text.startswith(prefix) else text
+        field = f"{where}.type" if exc.field == "type" else fields.join(f"{where}.with", exc.field)
+        raise fields.FieldError(field, message) from None
+    return {
+        "name": name,
+        "type": step_type,
+        "with": params,
+        "timeoutSeconds": fields.integer(
+            raw.get("timeoutSeconds"), f"{where}.timeoutSeconds", minimum=1
+        ),
+        "retries": fields.integer(
+            raw.get("retries"), f"{where}.retries", minimum=0, maximum=MAX_RETRIES, default=3
+        ),
+        "dependsOn": fields.names(raw.get("dependsOn"), f"{where}.dependsOn"),
+    }
+
+
+def _steps(value: Any, hook: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value or len(value) > MAX_STEPS:
+        raise fields.FieldError("spec.steps", f"must be a list of 1 to {MAX_STEPS} steps")
+    steps: list[dict[str, Any]] = []
+    for i, item in enumerate(value):
+        step = _step(item, f"spec.steps[{i}]", hook)
+        if any(s["name"] == step["name"] for s in steps):
+            raise fields.FieldError(
+                f"spec.steps[{i}].name", f"duplicate step name {step['name']!r}"
+            )
+        steps.append(step)
+    graph = {s["name"]: s["dependsOn"] for s in steps}
+    for i, step in enumerate(steps):
+        for dep in step["dependsOn"]:
+            if dep not in graph:
+                raise fields.FieldError(f"spec.steps[{i}].dependsOn", f"unknown step {dep!r}")
+    cycle = _cycle(graph)
+    if cycle:
+        raise fields.FieldError("spec.steps", f"dependsOn cycle {' -> '.join(cycle)}")
+    return steps
+
+
+def _cycle(graph: dict[str, list[str]]) -> list[str]:
+    """The first dependsOn cycle found walking the steps in order, as a path; [] if none."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        path.append(node)
+        for dep in graph[node]:
+            if dep in path:
+                return [*path[path.index(dep) :], dep]
+            if dep not in done and (found := visit(dep)):
+                return found
+        path.pop()
+        done.add(node)
+        return []
+
+    for node in graph:
+        if node not in done and (found := visit(node)):
+            return found
+    return []
+
+
+_TEMPLATE_FIELDS = (
+    "hook",
+    "clusterSelector",
+    "settings",
+    "retryAfterSeconds",
+    "onFailure",
+    "deadlineSeconds",
+    "onDeadline",
+    "concurrency",
+    "waitFor",
+    "steps",
+)
+
+
+def workflow_template(value: Any, name: str) -> dict[str, Any]:
+    """Validate a WorkflowTemplate's `spec` into the shape the engine reads."""
+    raw = fields.mapping(value, "spec", _TEMPLATE_FIELDS, required=("hook", "steps"))
+    hook = raw["hook"]
+    if hook not in catalog.HOOKS:
+        raise fields.FieldError(
+            "spec.hook", f"unknown hook {hook!r} (known: {', '.join(catalog.HOOKS)})"
+        )
+    wait_for = fields.names(raw.get("waitFor"), "spec.waitFor")
+    if name in wait_for:
+        raise fields.FieldError("spec.waitFor", f"a template cannot wait for itself ({name!r})")
+    return {
+        "hook": hook,
+        "clusterSelector": _selector(raw.get("clusterSelector")),
+        "settings": fields.string_map(raw.get("settings"), "spec.settings"),
+        "retryAfterSeconds": fields.integer(
+            raw.get("retryAfterSeconds"), "spec.retryAfterSeconds", minimum=1, default=10
+        ),
+        "onFailure": fields.choice(raw.get("onFailure"), "spec.onFailure", ("Block", "Fail")),
+        "deadlineSeconds": fields.integer(
+            raw.get("deadlineSeconds"), "spec.deadlineSeconds", minimum=1
+        ),
+        "onDeadline": fields.choice(
+            raw.get("onDeadline"), "spec.onDeadline", ("Block", "Proceed", "Fail")
+        ),
+        "concurrency": fields.integer(raw.get("concurrency"), "spec.concurrency", minimum=1),
+        "waitFor": wait_for,
+        "steps": _steps(raw["steps"], hook),
+    }
+
+
+#: Document kinds and the validators of their `spec` (given the document's name).
+KINDS: dict[str, Callable[[Any, str], dict[str, Any]]] = {
+    "WorkflowTemplate": workflow_template,
+}
+
+
+def validate(data: Any, index: int) -> Document:
+    """Validate one loaded document; raise SpecError naming it and the field."""
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    label = f"document {index}" + (f" ({name})" if isinstance(name, str) and name else "")
+    try:
+        raw = fields.mapping(data, "", ("apiVersion", "kind", "metadata", "spec"))
+        if raw.get("apiVersion") != API_VERSION:
+            raise fields.FieldError(
+                "apiVersion", f"must be {API_VERSION!r}, got {raw.get('apiVersion')!r}"
+            )
+        kind = raw.get("kind")
+        if kind not in KINDS:
+            raise fields.FieldError("kind", f"unknown kind {kind!r} (known: {', '.join(KINDS)})")
+        metadata = fields.mapping(raw.get("metadata"), "metadata", ("name",), required=("name",))
+        name = fields.name(metadata["name"], "metadata.name")
+        if raw.get("spec") is None:
+            raise fields.FieldError("spec", "is required")
+        return Document(index=index, kind=kind, name=name, spec=KINDS[kind](raw["spec"], name))
+    except fields.FieldError as exc:
+        raise SpecError([f"{label}: {exc}"]) from None
+
+
+def parse(text: str) -> list[Document]:
+    """Load and validate every document of a file; raise SpecError listing every bad one."""
+    loaded: list[tuple[int, Any]] = []
+    try:
+        for index, data in enumerate(yaml.load_all(text, Loader=_Loader), start=1):
+            if data is not None:  # an empty document, e.g. after a trailing `---`
+                loaded.append((index, data))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError([f"invalid YAML{where}: {exc.problem or exc.context}"]) from None
+    except yaml.YAMLError as exc:
+        raise SpecError([f"invalid YAML: {exc}"]) from None
+    if not loaded:
+        raise SpecError(["no documents"])
+    documents: list[Document] = []
+    problems: list[str] = []
+    for index, data in loaded:
+        try:
+            documents.append(validate(data, index))
+        except SpecError as exc:
+            problems += exc.messages
+    first: dict[tuple[str, str], int] = {}
+    for doc in documents:
+        seen = first.setdefault((doc.kind, doc.name), doc.index)
+        if seen != doc.index:
+            problems.append(
+                f"document {doc.index} ({doc.name}): metadata.name: duplicate {doc.kind} "
+                f"{doc.name!r} (also document {seen})"
+            )
+    if problems:
+        raise SpecError(problems)
+    return documents
