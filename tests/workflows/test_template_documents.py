@@ -121,9 +121,10 @@ STEPS = documents.template()["spec"]["steps"]
             "spec.steps[1].with.seconds: must be a number",
         ),
         (
-            {"steps": [{"name": "snapshot", "type": "backup_pvs"}]},
-            "spec.steps[0].type: unknown step type 'backup_pvs' "
-            "(known: approval, http, noop, wait)",
+            {"steps": [{"name": "snapshot", "type": "no_such_step"}]},
+            # The list names every registered type: the built-ins and this suite's own.
+            "spec.steps[0].type: unknown step type 'no_such_step' "
+            "(known: approval, http, noop, record, wait)",
         ),
         (
             {"steps": [{"name": "snapshot", "type": "wait"}]},
