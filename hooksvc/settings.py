@@ -36,6 +36,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_ALLOWED_HOSTS": "comma-separated Host names; default * (the hook port is TLS-only)",
     "HOOKSVC_LOG_FORMAT": "`json` (default in production) or `text`",
     "HOOKSVC_LOG_LEVEL": "log level, default INFO",
+    "HOOKSVC_KUBECONFIG": "management cluster's kubeconfig outside a Pod (default: the first"
+    " file in $KUBECONFIG, then ~/.kube/config); in a Pod its ServiceAccount is used",
 }
 
 HOOKSVC_ENV = os.environ.get("HOOKSVC_ENV", "development")
@@ -175,6 +177,14 @@ TLS_CLIENT_AUTH = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"
 HOOKS_PATH_PREFIX = os.environ.get("HOOKSVC_PATH_PREFIX", "").strip("/")
 #: Per-hook overrides of the discovery entries, as JSON (validated at startup).
 HOOKS_HANDLERS = os.environ.get("HOOKSVC_HANDLERS", "")
+
+#: The management cluster's kubeconfig when not running in a Pod (workflows.k8s reads it per
+#: call). Only the first file of a $KUBECONFIG list is used: kubectl's merging is not emulated.
+KUBECONFIG_PATH = Path(
+    os.environ.get("HOOKSVC_KUBECONFIG")
+    or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    or Path.home() / ".kube" / "config"
+)
 
 LOG_FORMAT = os.environ.get("HOOKSVC_LOG_FORMAT", "json" if PRODUCTION else "text")
 LOGGING = {
