@@ -18,7 +18,6 @@ import datetime
 import hashlib
 import os
 import threading
-import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, TypeVar, cast
 
@@ -26,12 +25,13 @@ import kubernetes
 import urllib3
 import yaml
 from django.conf import settings
-from kubernetes.client import ApiClient, ApiException
+from kubernetes.client import ApiException
 
 from workflows import errors
 
 T = TypeVar("T")
-Manifest = dict[str, Any]
+#: Other modules type clients as `k8s.ApiClient` without importing kubernetes.
+ApiClient = kubernetes.client.ApiClient
 
 #: (connect, read) seconds for every call. Steps pass it too, through `call`/`options()`.
 REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
@@ -103,10 +103,15 @@ def translated(what: str = "") -> Iterator[None]:
         )
         error.status = status
         raise error from exc
-    except urllib3.exceptions.TimeoutError as exc:
-        raise Unreachable(f"{prefix}API server timed out") from exc
     except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as exc:
-        raise Unreachable(f"{prefix}API server unreachable") from exc
+        cause = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
+        # NewConnectionError subclasses ConnectTimeoutError in urllib3, though nothing timed out.
+        timed_out = isinstance(
+            cause, (urllib3.exceptions.TimeoutError, TimeoutError)
+        ) and not isinstance(cause, urllib3.exceptions.NewConnectionError)
+        raise Unreachable(
+            f"{prefix}API server {'timed out' if timed_out else 'unreachable'}"
+        ) from exc
 
 
 def call(fn: Callable[..., T], /, *args: Any, what: str = "", **kwargs: Any) -> T:
@@ -199,9 +204,8 @@ def workload_api(namespace: str, cluster_name: str) -> ApiClient:
     resourceVersion changes (CAPI rotates it).
     """
     secret = f"{cluster_name}-kubeconfig"
-    core = kubernetes.client.CoreV1Api(management_api())
     try:
-        found = call(core.read_namespaced_secret, secret, namespace)
+        found = call(core(management_api()).read_namespaced_secret, secret, namespace)
     except NotFound:
         raise KubeconfigUnavailable(f"kubeconfig Secret {namespace}/{secret} not found") from None
     version = str(found.metadata.resource_version if found.metadata else "")
@@ -238,27 +242,21 @@ def custom_objects(api: ApiClient) -> kubernetes.client.CustomObjectsApi:
     return kubernetes.client.CustomObjectsApi(api)
 
 
-# --- manifests of any kind, through discovery --------------------------------------------
-
-_discovery: weakref.WeakKeyDictionary[ApiClient, dict[str, list[dict[str, Any]]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _request(
+def request(
     api: ApiClient,
     method: str,
     path: str,
     *,
     what: str,
     query: list[tuple[str, str]] | None = None,
-    body: Manifest | None = None,
+    body: Any = None,
     content_type: str | None = None,
 ) -> Any:
+    """A REST call on any path, for what the typed APIs lack; JSON answer as dicts."""
     headers = {"Accept": "application/json"}
     if content_type:
         headers["Content-Type"] = content_type
-    request = api.param_serialize(
+    serialized = api.param_serialize(
         method=method,
         resource_path=path,
         query_params=query or [],
@@ -267,61 +265,9 @@ def _request(
         auth_settings=["BearerToken"],
     )
     with translated(what):
-        response = api.call_api(*request, _request_timeout=REQUEST_TIMEOUT)
+        response = api.call_api(*serialized, _request_timeout=REQUEST_TIMEOUT)
         response.read()  # type: ignore[no-untyped-call]
         return api.response_deserialize(response, {"2XX": "object"}).data
-
-
-def _prefix(api_version: str) -> str:
-    return f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
-
-
-def object_path(api: ApiClient, manifest: Manifest, namespace: str | None = None) -> str:
-    """The REST path of the object `manifest` describes (plural and scope from discovery)."""
-    api_version, kind = manifest["apiVersion"], manifest["kind"]
-    meta = manifest.get("metadata") or {}
-    for attempt in range(2):
-        with _lock:
-            served = _discovery.setdefault(api, {}).get(api_version)
-        if served is None or attempt:
-            # Refreshed on a miss: an add-on may have just installed the CRD.
-            served = _request(api, "GET", _prefix(api_version), what=api_version)["resources"]
-            with _lock:
-                _discovery.setdefault(api, {})[api_version] = served
-        for resource in served:
-            if resource["kind"] == kind and "/" not in resource["name"]:
-                ns = namespace or meta.get("namespace") or "default"
-                scope = f"/namespaces/{ns}" if resource["namespaced"] else ""
-                return f"{_prefix(api_version)}{scope}/{resource['name']}/{meta['name']}"
-    raise NotFound(f"{api_version} {kind} is not served")
-
-
-def apply(
-    api: ApiClient,
-    manifest: Manifest,
-    *,
-    field_manager: str = "hooksvc",
-    force: bool = True,
-    namespace: str | None = None,
-) -> Manifest:
-    """Server-side apply of any manifest; creates it when missing. Returns the object."""
-    query = [("fieldManager", field_manager)] + ([("force", "true")] if force else [])
-    path = object_path(api, manifest, namespace)
-    applied: Manifest = _request(
-        api, "PATCH", path, query=query, body=manifest,
-        content_type="application/apply-patch+yaml", what=f"apply {path}",
-    )  # fmt: skip
-    return applied
-
-
-def delete(api: ApiClient, manifest: Manifest, *, namespace: str | None = None) -> bool:
-    """Delete the object `manifest` describes; False when it was already gone."""
-    path = object_path(api, manifest, namespace)
-    try:
-        _request(api, "DELETE", path, what=f"delete {path}")
-    except NotFound:
-        return False
-    return True
 
 
 # --- Clusters and Events ---------------------------------------------------------------
@@ -396,15 +342,9 @@ def emit_event(
             "count": (found.count or 1) + 1,
             "lastTimestamp": now,
         }
+        merge = "application/merge-patch+json"
         try:
-            call(
-                api.patch_namespaced_event,
-                name,
-                namespace,
-                patch,
-                _content_type="application/merge-patch+json",
-                what=what,
-            )
+            call(api.patch_namespaced_event, name, namespace, patch, _content_type=merge, what=what)
             return
         except Conflict:
             continue

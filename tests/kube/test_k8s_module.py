@@ -1,4 +1,4 @@
-"""workflows.k8s against the API emulator: clients, error mapping, Clusters, Events, apply.
+"""workflows.k8s against the API emulator: clients, error mapping, Clusters and Events.
 
 The management cluster is the emulator, reached through the kubeconfig file named by the
 KUBECONFIG_PATH setting; a workload cluster is the same emulator, reached through a
@@ -8,7 +8,6 @@ KUBECONFIG_PATH setting; a workload cluster is the same emulator, reached throug
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,23 +16,11 @@ import urllib3
 import yaml
 from django.test import override_settings
 
+from tests.kube.conftest import NS
 from tests.support.kube import KubeEmulator
 from workflows import errors, k8s
 
-NS = "fleet"
 CLUSTER = "prod-eu-1"
-
-
-@pytest.fixture(autouse=True)
-def management(
-    kube: KubeEmulator, kubeconfig_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Path]:
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    k8s.forget_clients()
-    with override_settings(KUBECONFIG_PATH=kubeconfig_path):
-        yield kubeconfig_path
-    k8s.forget_clients()
 
 
 def kubeconfig_secret(kube: KubeEmulator, value: bytes, **extra: Any) -> dict[str, Any]:
@@ -184,6 +171,17 @@ def test_a_stopped_api_server_is_unreachable_with_the_cause_chained(kube: KubeEm
     assert isinstance(exc.value.__cause__, urllib3.exceptions.MaxRetryError)
 
 
+def test_every_call_has_the_module_timeout(
+    kube: KubeEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(k8s, "REQUEST_TIMEOUT", (1.0, 0.2))
+    kube.delay_next("GET", "/namespaces$", 2.0)
+    with pytest.raises(k8s.Unreachable) as exc:
+        k8s.call(k8s.core(k8s.management_api()).list_namespace)
+    assert exc.value.message == "API server timed out"
+    assert isinstance(exc.value.__cause__, urllib3.exceptions.MaxRetryError)
+
+
 @pytest.mark.parametrize(
     ("code", "message"),
     [
@@ -297,43 +295,3 @@ def test_a_different_message_is_a_different_event(kube: KubeEmulator) -> None:
     events = kube.list_objects("", "v1", "events", NS)
     assert sorted(e["message"] for e in events) == ["step 1 failed", "step 2 failed"]
     assert {e["type"] for e in events} == {"Warning"}
-
-
-def test_apply_creates_then_updates_any_kind_and_delete_removes_it(kube: KubeEmulator) -> None:
-    api = k8s.management_api()
-    manifest = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "addon", "namespace": NS, "labels": {"app": "addon"}},
-        "spec": {"replicas": 1},
-    }
-    created = k8s.apply(api, manifest)
-    assert created["metadata"]["uid"]
-    k8s.apply(api, {**manifest, "spec": {"replicas": 2}})
-    stored = kube.get_object("apps", "v1", "deployments", NS, "addon")
-    assert stored is not None
-    assert stored["spec"] == {"replicas": 2}
-    assert (
-        "PATCH",
-        f"/apis/apps/v1/namespaces/{NS}/deployments/addon?fieldManager=hooksvc&force=true",
-    ) in kube.requests
-    assert k8s.delete(api, manifest) is True
-    assert k8s.delete(api, manifest) is False
-    assert kube.get_object("apps", "v1", "deployments", NS, "addon") is None
-
-
-def test_apply_of_a_cluster_scoped_kind_takes_no_namespace(kube: KubeEmulator) -> None:
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": "r"},
-    }
-    k8s.apply(k8s.management_api(), role, namespace=NS)
-    assert kube.get_object("rbac.authorization.k8s.io", "v1", "clusterroles", None, "r") is not None
-
-
-def test_apply_of_a_kind_nobody_serves_is_not_found() -> None:
-    manifest = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
-    with pytest.raises(k8s.NotFound) as exc:
-        k8s.apply(k8s.management_api(), manifest)
-    assert exc.value.message == "example.com/v1: API server answered 404 Not Found"

@@ -498,6 +498,14 @@ def test_too_many_requests_carries_retry_after(kube: KubeEmulator, core: Api) ->
     assert status_of(exc)["reason"] == "TooManyRequests"
 
 
+def test_delay_next_makes_a_client_time_out_once(kube: KubeEmulator, core: Api) -> None:
+    kube.delay_next("GET", r"/configmaps$", 2.0)
+    with pytest.raises(urllib3.exceptions.MaxRetryError) as exc:
+        core.list_namespaced_config_map("default", _request_timeout=(1, 0.2))
+    assert isinstance(exc.value.reason, urllib3.exceptions.ReadTimeoutError)
+    assert core.list_namespaced_config_map("default", _request_timeout=(1, 0.2)).items == []
+
+
 def test_stop_refuses_connections_and_start_serves_the_same_state_on_the_same_port(
     kube: KubeEmulator, core: Api
 ) -> None:
