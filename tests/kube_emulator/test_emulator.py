@@ -306,6 +306,19 @@ def test_watch_field_selector_reports_live_changes(kube: KubeEmulator, custom: A
     assert seen == [("ADDED", "c1"), ("MODIFIED", "c1")]
 
 
+def test_watch_reports_objects_created_through_the_client_while_it_is_open(core: Api) -> None:
+    core.create_namespaced_config_map("default", {"metadata": {"name": "first"}})
+    watcher = new_watch()
+    seen = []
+    for event in watcher.stream(core.list_namespaced_config_map, "default", timeout_seconds=5):
+        seen.append((event["type"], event["object"].metadata.name))
+        if event["object"].metadata.name == "first":
+            core.create_namespaced_config_map("default", {"metadata": {"name": "second"}})
+        else:
+            watcher.stop()
+    assert seen == [("ADDED", "first"), ("ADDED", "second")]
+
+
 def test_watch_ends_after_timeout_seconds(core: Api) -> None:
     started = time.monotonic()
     events = list(

@@ -209,6 +209,7 @@ class KubeEmulator:
     def _reset(self) -> None:
         self._store.reset()
         self._faults.clear()
+        self.requests.clear()
 
     # --- HTTP --------------------------------------------------------------------------
 
