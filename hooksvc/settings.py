@@ -41,6 +41,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_RECONCILE_GRACE_SECONDS": "how late work must be to be re-enqueued, default 30",
     "HOOKSVC_HOOK_CALL_RETENTION_DAYS": "how long hook calls are kept for the admin, default 7",
     "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
+    "HOOKSVC_KUBECONFIG": "management cluster's kubeconfig outside a Pod (default: the first"
+    " file in $KUBECONFIG, then ~/.kube/config); in a Pod its ServiceAccount is used",
 }
 
 HOOKSVC_ENV = os.environ.get("HOOKSVC_ENV", "development")
@@ -201,6 +203,13 @@ RECONCILE_GRACE_SECONDS = float(os.environ.get("HOOKSVC_RECONCILE_GRACE_SECONDS"
 
 #: Modules imported at startup so that their @step_type registrations exist.
 STEP_MODULES = [m for m in os.environ.get("HOOKSVC_STEP_MODULES", "").split(",") if m]
+#: The management cluster's kubeconfig when not running in a Pod (workflows.k8s reads it per
+#: call). Only the first file of a $KUBECONFIG list is used: kubectl's merging is not emulated.
+KUBECONFIG_PATH = Path(
+    os.environ.get("HOOKSVC_KUBECONFIG")
+    or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    or Path.home() / ".kube" / "config"
+)
 
 LOG_FORMAT = os.environ.get("HOOKSVC_LOG_FORMAT", "json" if PRODUCTION else "text")
 LOGGING = {

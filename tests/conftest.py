@@ -10,6 +10,9 @@ import pytest
 
 from tests.support import servers
 
+# The Kubernetes API emulator's fixtures (kube_server, kube, kubeconfig_path).
+pytest_plugins = ["tests.support.kube"]
+
 
 @pytest.fixture(scope="session")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> servers.TLSFiles:

@@ -1,0 +1,412 @@
+"""A Kubernetes API emulator that the official `kubernetes` client reaches over HTTP.
+
+Tests of the Kubernetes steps and of `workflows.k8s` talk to this server through an ordinary
+kubeconfig (`KubeEmulator.kubeconfig`), so nothing in the client is patched. It keeps objects
+in memory and behaves like kube-apiserver where our steps depend on it: metadata filled on
+create (uid, a resourceVersion counter shared by all objects, creationTimestamp, namespace,
+generation), 201 on create, generateName, 409 on a stale resourceVersion, an isolated status
+subresource, server-side apply that creates or merges, JSON merge and JSON patch, label and
+field selectors on list and watch, watches that resume from a resourceVersion, end on
+`timeoutSeconds` and report 410 for a compacted one, and kube-apiserver's `Status` bodies.
+No controller runs: tests play them (`set_status`, `put_object`, `set_pod_log`).
+
+Why self-written on aiohttp rather than a layer on kmock 0.8 (see
+/work/shared/notes/k8s-emulator.md): kmock's `KubernetesEmulator` changes its store in its
+own `_handle` before any override sees the request (200 on create, no metadata, no 409, no
+status isolation), its path parser fails on Namespaces and generateName, every request
+re-scans a growing request log, and it swaps aiohttp's process-wide resolver while running.
+A layer would have replaced nearly every method of a v0 library's internals; owning the
+whole server is less code to trust. This module is the transport (thread, event loop,
+aiohttp routes, watch streams, injected faults) and the helpers tests call;
+`kube_store` holds the objects and kube-apiserver's rules for them, `kube_semantics` the
+pure parts (selectors, patches, Status bodies).
+
+The server runs on its own event loop in a daemon thread. Every helper that reads or
+changes state runs in that loop, so helpers are thread-safe and changes reach watchers.
+Known gaps: strategic merge patch is treated as a JSON merge patch (lists are replaced, not
+merged); server-side apply keeps no field ownership (no managedFields, no conflicts between
+managers); no admission, schema, RBAC, garbage collection or version conversion (the
+versions of a group share one store, only apiVersion is rewritten); deleting a Namespace
+removes it and its objects at once, with no Terminating phase; list ignores `limit`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import copy
+import dataclasses
+import json
+import re
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from aiohttp import web
+
+from tests.support.kube_semantics import JSON, ApiError
+from tests.support.kube_store import Change, Resource, Store
+
+T = TypeVar("T")
+
+#: kube-apiserver ends a watch without timeoutSeconds after 30-60 minutes.
+DEFAULT_WATCH_SECONDS = 1800.0
+
+
+@dataclasses.dataclass
+class _Fault:
+    """An injected answer: a failure `code`, or a `delay` before the real answer."""
+
+    method: str
+    path: re.Pattern[str]
+    remaining: int
+    code: int | None = None
+    delay: float = 0.0
+
+
+class KubeEmulator:
+    """The emulated API server: state, HTTP handling and the helpers tests call."""
+
+    def __init__(self) -> None:
+        self.server_version = "v1.33.1"
+        #: (method, path with query) of the latest requests, newest last.
+        self.requests: collections.deque[tuple[str, str]] = collections.deque(maxlen=1000)
+        self.port = 0
+        self._store = Store()
+        self._faults: list[_Fault] = []
+        self._runner: web.AppRunner | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="kube-emulator", daemon=True
+        )
+        self._thread.start()
+
+    # --- lifecycle (any thread) --------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
+    def start(self) -> None:
+        """Serve (again) on the same port; state survives `stop()` like etcd behind a restart."""
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+
+    def stop(self) -> None:
+        """Close the port and every open watch, as an API server that went away."""
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=30)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+    def reset(self) -> None:
+        """Forget objects, faults, logs and declarations; serve the built-ins again."""
+        self._call(self._reset)
+        if not self.running:
+            self.start()
+
+    def kubeconfig(self, path: Path | str | None = None) -> JSON:
+        """An ordinary kubeconfig pointing at the emulator, also written to `path` if given."""
+        config: JSON = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {"token": "emulator-token"}}],
+            "contexts": [
+                {
+                    "name": "emulator",
+                    "context": {"cluster": "emulator", "user": "tester", "namespace": "default"},
+                }
+            ],
+            "current-context": "emulator",
+        }
+        if path is not None:
+            Path(path).write_text(yaml.safe_dump(config))
+        return config
+
+    # --- test helpers (any thread; they run in the server's loop) ----------------------
+
+    def declare(  # noqa: PLR0917 (the order kube-apiserver's paths use)
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        kind: str,
+        namespaced: bool,
+        status: bool = True,
+    ) -> None:
+        res = Resource(group, version, plural, kind, namespaced, status)
+        self._call(self._store.resources.__setitem__, (group, version, plural), res)
+
+    def undeclare(self, group: str, version: str, plural: str) -> None:
+        """Stop serving one version of a resource (its objects stay for other versions)."""
+        self._call(self._store.resources.pop, (group, version, plural), None)
+
+    def put_object(self, obj: JSON) -> JSON:
+        """Store `obj` as given (status included), filling metadata; emits ADDED or MODIFIED."""
+        return self._call(self._store.put_object, copy.deepcopy(obj))
+
+    def get_object(
+        self, group: str, version: str, plural: str, namespace: str | None, name: str
+    ) -> JSON | None:
+        return self._call(self._store.get_object, group, version, plural, namespace or "", name)
+
+    def list_objects(
+        self, group: str, version: str, plural: str, namespace: str | None = None
+    ) -> list[JSON]:
+        """Every stored object of a resource (in `namespace` if given), by namespace and name."""
+        return self._call(self._store.list_objects, group, version, plural, namespace)
+
+    def delete_object(
+        self, group: str, version: str, plural: str, namespace: str | None, name: str
+    ) -> None:
+        self._call(self._store.delete_object, group, version, plural, namespace or "", name)
+
+    def set_status(  # noqa: PLR0917 (the order kube-apiserver's paths use)
+        self, group: str, version: str, plural: str, namespace: str | None, name: str, status: JSON
+    ) -> JSON:
+        """Merge `status` into the object's status as a controller would: new rv, MODIFIED."""
+        resource = (group, version, plural)
+        return self._call(
+            self._store.set_status, resource, namespace or "", name, copy.deepcopy(status)
+        )
+
+    def set_pod_log(self, namespace: str, name: str, text: str) -> None:
+        """What `GET .../pods/<name>/log` answers for that pod."""
+        self._call(self._store.logs.__setitem__, (namespace, name), text)
+
+    def fail_next(self, method: str, path_regex: str, code: int, times: int = 1) -> None:
+        """Answer the next `times` requests matching method ("*": any) and path with `code`."""
+        fault = _Fault(method.upper(), re.compile(path_regex), times, code=code)
+        self._call(self._faults.append, fault)
+
+    def delay_next(self, method: str, path_regex: str, seconds: float, times: int = 1) -> None:
+        """Answer the next `times` matching requests only after `seconds` (client timeouts)."""
+        fault = _Fault(method.upper(), re.compile(path_regex), times, delay=seconds)
+        self._call(self._faults.append, fault)
+
+    def compact(self) -> None:
+        """Forget the watch history, so a watch from an older resourceVersion answers 410."""
+        self._call(self._store.compact)
+
+    # --- in the server's loop ---------------------------------------------------------
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        async def run() -> T:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=10)
+
+    def _reset(self) -> None:
+        self._store.reset()
+        self._faults.clear()
+        self.requests.clear()
+
+    # --- HTTP --------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        if self._runner is not None:
+            return
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", self.port, reuse_address=True)
+        await site.start()
+        server = site._server
+        assert isinstance(server, asyncio.Server)
+        self.port = server.sockets[0].getsockname()[1]
+        self._runner = runner
+
+    async def _stop(self) -> None:
+        runner, self._runner = self._runner, None
+        self._store.close_watches()
+        if runner is not None:
+            await runner.cleanup()
+
+    async def _close(self) -> None:
+        await self._stop()
+        # Requests still held by delay_next would otherwise die pending with the loop.
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append((request.method, request.path_qs))
+        try:
+            await self._inject_fault(request)
+            return await self._route(request)
+        except ApiError as exc:
+            headers = {"Retry-After": "1"} if exc.code == 429 else None
+            return web.json_response(exc.status(), status=exc.code, headers=headers)
+
+    async def _inject_fault(self, request: web.Request) -> None:
+        for fault in self._faults:
+            if fault.method in ("*", request.method) and fault.path.search(request.path):
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    self._faults.remove(fault)
+                if fault.code is not None:
+                    raise ApiError(fault.code, f"injected by the test: {fault.code}")
+                await asyncio.sleep(fault.delay)
+                return
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        parts = [part for part in request.path.split("/") if part]
+        if parts == ["version"]:
+            return web.json_response(self._version())
+        if parts and parts[0] in ("api", "apis") and len(parts) <= 3 - (parts[0] == "api"):
+            return web.json_response(self._store.discovery(parts))
+        if len(parts) < 3 or parts[0] not in ("api", "apis"):
+            raise ApiError(404, "the server could not find the requested resource")
+        group, version, rest = (
+            ("", parts[1], parts[2:]) if parts[0] == "api" else (parts[1], parts[2], parts[3:])
+        )
+        namespace = ""
+        if (
+            len(rest) >= 3
+            and rest[0] == "namespaces"
+            and not (len(rest) == 3 and rest[2] in ("status", "finalize"))
+        ):
+            namespace, rest = rest[1], rest[2:]
+        res = self._store.served(group, version, rest[0])
+        if len(rest) > 3 or (namespace and not res.namespaced):
+            raise ApiError(404, "the server could not find the requested resource")
+        name, sub = [*rest[1:], None, None][:2]
+        return await self._dispatch(request, res, namespace, name, sub)
+
+    async def _dispatch(  # noqa: PLR0911 (one answer per route)
+        self, request: web.Request, res: Resource, ns: str, name: str | None, sub: str | None
+    ) -> web.StreamResponse:
+        method, query = request.method, request.query
+        if name is None:
+            if method == "GET" and query.get("watch") in ("true", "1"):
+                return await self._watch(request, res, ns)
+            if method == "GET":
+                return web.json_response(self._store.list_answer(res, ns, query))
+            if method == "POST":
+                obj = await self._body(request)
+                return web.json_response(self._store.create(res, ns, obj), status=201)
+        elif sub is None or (sub == "status" and res.status):
+            status_only = sub == "status"
+            if method == "GET":
+                return web.json_response(
+                    self._store.present(res, self._store.existing(res, ns, name))
+                )
+            if method == "PUT":
+                obj = await self._body(request)
+                return web.json_response(self._store.replace(res, ns, name, obj, status_only))
+            if method == "PATCH":
+                answer, code = self._store.patch(
+                    res,
+                    ns,
+                    name,
+                    status_only=status_only,
+                    content_type=request.content_type,
+                    raw=await request.read(),
+                    field_manager=request.query.get("fieldManager", ""),
+                )
+                return web.json_response(answer, status=code)
+            if method == "DELETE" and not status_only:
+                return web.json_response(self._store.delete(res, ns, name))
+        elif sub == "log" and res.kind == "Pod" and method == "GET":
+            self._store.existing(res, ns, name)
+            text = self._store.logs.get((ns, name), "")
+            if tail := query.get("tailLines"):
+                text = "".join(text.splitlines(keepends=True)[-int(tail) :])
+            return web.Response(text=text, content_type="text/plain")
+        else:
+            raise ApiError(404, "the server could not find the requested resource")
+        raise ApiError(405, f"the server does not allow this method on {res.qualified}")
+
+    async def _body(self, request: web.Request) -> JSON:
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            raise ApiError(400, "the request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be an object")
+        return body
+
+    async def _watch(self, request: web.Request, res: Resource, ns: str) -> web.StreamResponse:
+        matches = self._store.matcher(ns, request.query)
+        timeout = float(request.query.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS)
+        deadline = self._loop.time() + timeout
+        # The backlog is computed and the queue registered with no await in between, so no
+        # change can fall between them.
+        backlog = list(self._store.backlog(res, request.query.get("resourceVersion", ""), matches))
+        queue: asyncio.Queue[Change | None] = asyncio.Queue()
+        self._store.watchers.add(queue)
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        try:
+            await response.prepare(request)
+            for event in backlog:
+                await response.write(json.dumps(event).encode() + b"\n")
+                if event["type"] == "ERROR":
+                    return response
+            while (remaining := deadline - self._loop.time()) > 0:
+                try:
+                    change = await asyncio.wait_for(queue.get(), remaining)
+                except TimeoutError:
+                    break
+                if change is None:
+                    break
+                for event in self._store.event(res, change, matches):
+                    await response.write(json.dumps(event).encode() + b"\n")
+            await response.write_eof()
+        except ConnectionError:
+            pass  # the client went away
+        finally:
+            self._store.watchers.discard(queue)
+        return response
+
+    def _version(self) -> JSON:
+        major, minor = self.server_version.lstrip("v").split(".")[:2]
+        return {
+            "major": major,
+            "minor": minor,
+            "gitVersion": self.server_version,
+            "gitCommit": "0000000000000000000000000000000000000000",
+            "gitTreeState": "clean",
+            "buildDate": "2025-01-01T00:00:00Z",
+            "goVersion": "go1.24.0",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        }
+
+
+# --- fixtures (registered for the whole suite by tests/conftest.py) --------------------
+
+
+@pytest.fixture(scope="session")
+def kube_server() -> Iterator[KubeEmulator]:
+    """One emulator for the session; use `kube`, which hands it over clean."""
+    server = KubeEmulator()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def kube(kube_server: KubeEmulator) -> KubeEmulator:
+    """The emulator, serving, with only the built-ins and the default namespaces."""
+    kube_server.reset()
+    return kube_server
+
+
+@pytest.fixture
+def kubeconfig_path(kube: KubeEmulator, tmp_path: Path) -> Path:
+    """A kubeconfig file pointing at `kube`."""
+    path = tmp_path / "kubeconfig"
+    kube.kubeconfig(path)
+    return path
