@@ -192,3 +192,13 @@ def test_a_released_run_lets_the_lifecycle_proceed() -> None:
     run = _run("failed", "boom")
     run.released = True
     assert engine.render(run, NOW) == engine.PROCEED
+
+
+def test_a_repeated_call_costs_two_queries(django_assert_num_queries: Any) -> None:
+    """Invariant 1: a poll reads the templates of its hook and its runs, nothing else."""
+    wf.template("backup")
+    wf.template("notify")
+    _answer(wf.call())
+    with django_assert_num_queries(2):
+        answer = _answer(wf.call())
+    assert answer.retry_after == 10
