@@ -135,13 +135,10 @@ def wait_for_port(
     raise RuntimeError(f"server did not listen on {host}:{port} within {timeout} s")
 
 
-@contextlib.contextmanager
-def hook_server(
-    tls_dir: Path, log_path: Path, *, extra_env: Mapping[str, str] | None = None
-) -> Iterator[HookServer]:
-    """Run gunicorn with hooksvc's production configuration against the test database."""
-    port = free_port()
-    env = {
+def server_env(
+    tls_dir: Path, port: int, extra_env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "hooksvc.settings",
         "DATABASE_URL": test_database_url(),
@@ -152,8 +149,12 @@ def hook_server(
         "HOOKSVC_DATA_DIR": str(settings.DATA_DIR),
         **(extra_env or {}),
     }
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
+
+
+def start_gunicorn(env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """gunicorn with hooksvc's production configuration, in its own process group."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -163,17 +164,31 @@ def hook_server(
                 "hooksvc.wsgi",
             ],
             cwd=ROOT,
-            env=env,
+            env=dict(env),
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextlib.contextmanager
+def hook_server(
+    tls_dir: Path, log_path: Path, *, extra_env: Mapping[str, str] | None = None
+) -> Iterator[HookServer]:
+    """Run gunicorn with hooksvc's production configuration against the test database."""
+    port = free_port()
+    process = start_gunicorn(server_env(tls_dir, port, extra_env), log_path)
     try:
         wait_for_port("127.0.0.1", port, process)
         yield HookServer("127.0.0.1", port, tls_dir / "ca.crt", process, log_path)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)

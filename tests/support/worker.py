@@ -34,14 +34,19 @@ def worker_env(data_dir: Path) -> dict[str, str]:
 class Worker:
     """Starts, kills and restarts `celery worker -B` against the test database and Redis."""
 
-    def __init__(self, data_dir: Path, log_path: Path) -> None:
+    def __init__(self, data_dir: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
+        self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
+        #: Set while a test stops or kills the worker on purpose (supervisors leave it alone).
+        self.stopping = False
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
+        # Readiness is looked for in what this start writes, not in an earlier start's lines.
+        self._log_offset = log.tell()
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -61,7 +66,7 @@ class Worker:
                 "--without-mingle",
             ],
             cwd=servers.ROOT,
-            env=worker_env(self.data_dir),
+            env={**worker_env(self.data_dir), **self.env},
             stdout=log,
             stderr=subprocess.STDOUT,
             # Its own process group: a SIGKILL takes the pool processes down with it,
@@ -77,7 +82,7 @@ class Worker:
             assert self.process is not None
             if self.process.poll() is not None:
                 raise RuntimeError(f"worker exited: see {self.log_path}")
-            if b"ready." in self.log_path.read_bytes():
+            if b"ready." in self.log_path.read_bytes()[self._log_offset :]:
                 return
             time.sleep(0.1)
         raise RuntimeError(f"worker not ready within {timeout} s: see {self.log_path}")
@@ -89,11 +94,22 @@ class Worker:
     def kill(self) -> None:
         """SIGKILL the worker and its pool: no warm shutdown, no acknowledgements."""
         if self.process is not None:
+            self.stopping = True
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+            # The pool processes die with the group, but maybe a moment after the parent.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(self.process.pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.02)
             self.process = None
+            self.stopping = False
 
     def stop(self) -> None:
+        self.stopping = True
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
@@ -101,6 +117,7 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.process = None
+        self.stopping = False
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

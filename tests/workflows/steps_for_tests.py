@@ -27,11 +27,15 @@ def client() -> redis.Redis:
     params={
         "holdUntilFile": registry.Param(str),
         "seconds": registry.Param((int, float), default=0),
+        # Fault tests restart Redis: there the "external system" is a directory instead.
+        "effectsDir": registry.Param(str),
     },
 )
 def record(ctx: registry.StepContext) -> registry.Outcome:
     """Creates one external record and counts executions."""
     name = ctx.object_name()
+    if ctx.params.get("effectsDir"):
+        return _record_in_files(Path(ctx.params["effectsDir"]), name, ctx)
     r = client()
     r.incr(f"{PREFIX}:executions:{name}")
     hold = ctx.params.get("holdUntilFile")
@@ -44,5 +48,23 @@ def record(ctx: registry.StepContext) -> registry.Outcome:
     created = bool(r.set(f"{PREFIX}:effect:{name}", ctx.run_id, nx=True))
     if created:
         r.incr(f"{PREFIX}:effects-created:{name}")
+    time.sleep(float(ctx.params.get("seconds", 0)))
+    return registry.Done({"record": name})
+
+
+def _record_in_files(root: Path, name: str, ctx: registry.StepContext) -> registry.Outcome:
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / f"{name}.executions").open("a") as log:
+        log.write("x\n")
+    hold = ctx.params.get("holdUntilFile")
+    deadline = time.monotonic() + 60
+    while hold and not Path(hold).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # a slow external call, killed mid-way by the test
+    try:
+        # O_EXCL: created only if absent, the file-system form of "look before you create".
+        with (root / f"{name}.effect").open("x") as effect:
+            effect.write(str(ctx.run_id))
+    except FileExistsError:
+        pass
     time.sleep(float(ctx.params.get("seconds", 0)))
     return registry.Done({"record": name})
