@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test lint typecheck pytest services clean
+.PHONY: run test lint typecheck pytest services clean soak
 
 $(STAMP): requirements/base.txt requirements/dev.txt requirements/prod.txt requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP) services
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The opt-in soak: a fleet of 200 clusters through its lifecycle under random faults.
+soak: $(STAMP) services
+	HOOKSVC_SOAK=1 $(PY) -m pytest tests/soak -s $(PYTEST_ARGS)
 
 # Makes sure PostgreSQL and Redis answer (starting throwaway ones if needed).
 services:
