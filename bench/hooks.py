@@ -62,9 +62,11 @@ class Series:
         return max(self.results, key=lambda r: r.rps)
 
     def near(self, fraction: float) -> wrk.Result:
-        """The measured level whose throughput is closest to `fraction` of the peak."""
+        """The level at or below the peak's connections whose throughput is nearest
+        `fraction` of the peak (the rising side of the curve: load below saturation)."""
         target = fraction * self.peak.rps
-        return min(self.results, key=lambda r: abs(r.rps - target))
+        rising = [r for r in self.results if r.connections <= self.peak.connections]
+        return min(rising, key=lambda r: abs(r.rps - target))
 
 
 def sweep(
