@@ -157,21 +157,8 @@ def _hooks_details(hooks: Any) -> list[str]:
         ]
         shown = 0
         for name, share in hooks.profile:
-            if (
-                any(
-                    m in name
-                    for m in (
-                        "hooksvc/",
-                        "workflows/",
-                        "psycopg/",
-                        "django/",
-                        "rest_framework/",
-                        "ssl",
-                        "gthread",
-                    )
-                )
-                and shown < 25
-            ):
+            # Skip the thread pool's own frames, which every sample shares.
+            if not name.startswith(("Thread", "_worker ", "_WorkItem")) and shown < 25:
                 out.append(f"- {share:.0f}% {name}")
                 shown += 1
     else:
