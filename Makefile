@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test lint typecheck pytest services clean soak
+.PHONY: run test lint typecheck pytest services bench clean soak
 
 $(STAMP): requirements/base.txt requirements/dev.txt requirements/prod.txt requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ soak: $(STAMP) services
 # Makes sure PostgreSQL and Redis answer (starting throwaway ones if needed).
 services:
 	@scripts/ensure-services
+
+# The benchmarks (bench/run.py): their own database and Redis DB 12; writes docs/benchmarks.md.
+# BENCH_ARGS=--quick for a smoke run, BENCH_FULL=1 for the issue's full durations.
+bench: $(STAMP) services
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache

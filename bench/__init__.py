@@ -1,0 +1,1 @@
+"""Benchmarks of hooksvc at fleet scale; `make bench` runs them all (see bench/run.py)."""

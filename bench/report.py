@@ -1,0 +1,198 @@
+"""docs/benchmarks.md: the figures, their baselines, ratios and targets, as Markdown."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from typing import Any
+
+from bench import env
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.0f}%"
+
+
+def _verdict(ok: bool, miss: str = "") -> str:
+    return "met" if ok else f"**missed** ({miss})"
+
+
+def render(results: dict[str, Any], *, sizes: env.Sizes, quick: bool, minutes: float) -> str:
+    cores = os.cpu_count()
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `make bench` (`python -m bench.run`); rerun it to refresh this page.",
+        f"Machine: **{cores} cores**, {platform.machine()}, Python {platform.python_version()}; "
+        f"{'quick' if quick else 'default'} sizes; {datetime.date.today().isoformat()}; "
+        f"{minutes:.0f} minutes in all. The machine is shared: absolute figures move between "
+        "runs, the ratios to the baselines measured in the same run are what to compare.",
+        "",
+        "| # | measure | figure | baseline (same run) | ratio | target | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    details: list[str] = []
+    hooks = results.get("hooks")
+    if hooks is not None:
+        hp, bp = hooks.hook.peak, hooks.healthz.peak
+        ratio = hp.rps / bp.rps
+        near = hooks.hook.near(0.8)
+        sp = hooks.hook_small.peak
+        small_near = hooks.hook_small.near(0.8)
+        drift = hp.rps / sp.rps - 1
+        sync_ratio = hooks.sync_hook.peak.rps / hp.rps
+        lines += [
+            f"| 1 | hook peak throughput ({hooks.runs:,} runs) "
+            f"| {hp.rps:.0f} req/s (c={hp.connections}) "
+            f"| /healthz {bp.rps:.0f} req/s (c={bp.connections}) | {_pct(ratio)} | ≥ 60% "
+            f"| {_verdict(ratio >= 0.6, f'by {_pct(0.6 - ratio)} of baseline')} |",
+            f"| 1 | hook p99 at ~80% of peak | {near.p99_ms:.0f} ms (c={near.connections}, "
+            f"{_pct(near.rps / hp.rps)} of peak) | /healthz p99 at c={near.connections}: "
+            f"{_at(hooks.healthz, near.connections)} ms | | < 50 ms "
+            f"| {_verdict(near.p99_ms < 50, f'{near.p99_ms - 50:.0f} ms over')} |",
+            f"| 1 | hook peak, {hooks.runs:,} vs {hooks.clusters:,} runs | {hp.rps:.0f} req/s "
+            f"| {sp.rps:.0f} req/s | {drift:+.0%} | within ±10% "
+            f"| {_verdict(abs(drift) <= 0.10, f'{abs(drift) - 0.10:.0%} outside')} |",
+            f"| 1 | hook p99 at ~80% of peak, {hooks.runs:,} vs {hooks.clusters:,} runs "
+            f"| {near.p99_ms:.0f} ms | {small_near.p99_ms:.0f} ms (c={small_near.connections}) "
+            f"| {near.p99_ms / small_near.p99_ms:.2f} | | |",
+            f"| 1 | sync worker hook peak (closes keep-alive) "
+            f"| {hooks.sync_hook.peak.rps:.0f} req/s "
+            f"| gthread {hp.rps:.0f} req/s | {_pct(sync_ratio)} | | "
+            f"{'gthread wins' if sync_ratio < 1 else 'sync wins'} |",
+        ]
+        details += _hooks_details(hooks)
+    engine = results.get("engine")
+    if engine is not None:
+        ratio = engine.steps_per_second / engine.tasks_per_second
+        lines.append(
+            f"| 2 | engine: {engine.workflows:,} workflows x {engine.steps // engine.workflows} "
+            f"noop steps, 2 worker processes | {engine.steps_per_second:.0f} steps/s "
+            f"| plain Celery no-op {engine.tasks_per_second:.0f} tasks/s | {_pct(ratio)} | ≥ 50% "
+            f"| {_verdict(ratio >= 0.5, f'by {_pct(0.5 - ratio)} of baseline')} |"
+        )
+    waiting = results.get("waiting")
+    if waiting is not None:
+        rss = waiting.rss_samples
+        growth = rss[-1] - rss[0]
+        lines += [
+            f"| 3 | workers' CPU, {waiting.workflows:,} workflows polling every "
+            f"{waiting.poll_seconds:g} s | {waiting.cpu_cores:.2f} cores "
+            f"({waiting.polls_per_second:.0f} polls/s of "
+            f"{waiting.needed_polls_per_second:.0f} due) "
+            f"| | | < 0.25 core "
+            f"| {_verdict(waiting.cpu_cores < 0.25, f'{waiting.cpu_cores / 0.25:.1f}x the target')}"
+            " |",
+            f"| 3 | workers' RSS over {waiting.window_seconds / 60:.0f} min | {rss[0]:.0f} → "
+            f"{rss[-1]:.0f} MiB (max {max(rss):.0f}) | | {growth:+.0f} MiB | flat "
+            f"| {_verdict(growth < 0.05 * rss[0], f'+{growth:.0f} MiB')} |",
+        ]
+        for count, (quiet, overdue) in waiting.reconcile_ms.items():
+            lines.append(
+                f"| 3 | reconciler pass, {count:,} waiting runs | {quiet:.1f} ms (none overdue) "
+                f"| all overdue: {overdue:,.0f} ms | | grows slowly | |"
+            )
+    start = results.get("start")
+    if start is not None:
+        lines.append(
+            f"| 4 | hook answer → first step started ({start.calls} calls, 5/s) "
+            f"| median {start.median_ms:.0f} ms, p99 {start.p(start.from_answer_ms, 0.99):.0f} ms "
+            f"| from the request: median {start.p(start.from_request_ms, 0.5):.0f} ms | | | |"
+        )
+    web_rss = hooks.web_rss_mib if hooks is not None else (start.web_rss_mib if start else [])
+    worker_rss = (engine.worker_rss_mib if engine is not None else []) or (
+        start.worker_rss_mib if start else []
+    )
+    if web_rss or worker_rss:
+        lines.append(
+            f"| 5 | RSS after the runs | web worker {max(web_rss, default=0):.0f} MiB, "
+            f"Celery worker {worker_rss[0] if worker_rss else 0:.0f} MiB (main) + "
+            f"{max(worker_rss[1:], default=0):.0f} MiB (pool process) | | | | |"
+        )
+    return "\n".join([*lines, "", *details, *_notes(sizes)]) + "\n"
+
+
+def _at(series: Any, connections: int) -> str:
+    for r in series.results:
+        if r.connections == connections:
+            return f"{r.p99_ms:.0f}"
+    return "n/a"
+
+
+def _hooks_details(hooks: Any) -> list[str]:
+    out = ["## 1. Hook answers: every level", ""]
+    out += [
+        "| server | endpoint | connections | req/s | p50 ms | p99 ms | errors |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for server, endpoint, series in (
+        ("gthread", "/healthz", hooks.healthz),
+        ("gthread", f"hook, {hooks.runs:,} runs", hooks.hook),
+        ("gthread", f"hook, {hooks.clusters:,} runs", hooks.hook_small),
+        ("sync", "/healthz", hooks.sync_healthz),
+        ("sync", f"hook, {hooks.clusters:,} runs", hooks.sync_hook),
+    ):
+        for r in series.results:
+            out.append(
+                f"| {server} | {endpoint} | {r.connections} | {r.rps:.0f} | {r.p50_ms:.1f} "
+                f"| {r.p99_ms:.1f} | {r.errors + r.non_2xx} |"
+            )
+    out += [
+        "",
+        "Queries of one call (CaptureQueriesContext; Django's per-request connection "
+        "health check, a `SELECT 1` on the raw connection, comes on top):",
+        "",
+    ]
+    for label, queries in hooks.queries.items():
+        out.append(
+            f"- {label} call, {len(queries)} queries: " + "; ".join(f"`{q[:60]}…`" for q in queries)
+        )
+    if hooks.profile:
+        out += [
+            "",
+            "py-spy (200 Hz) on one gunicorn worker under 16 connections, share of "
+            "samples in each function (inclusive), hooksvc, Django, DRF and psycopg frames:",
+            "",
+        ]
+        shown = 0
+        for name, share in hooks.profile:
+            # Skip the thread pool's own frames, which every sample shares.
+            if not name.startswith(("Thread", "_worker ", "_WorkItem")) and shown < 25:
+                out.append(f"- {share:.0f}% {name}")
+                shown += 1
+    else:
+        out += ["", "py-spy could not attach (no ptrace permission?): no profile this run."]
+    return [*out, ""]
+
+
+def _notes(sizes: env.Sizes) -> list[str]:
+    return [
+        "## How it is measured",
+        "",
+        f"- 1: {sizes.clusters:,} clusters, {sizes.runs:,} runs seeded with COPY; gunicorn with "
+        "hooksvc's gunicorn_conf (2 processes x 8 threads, TLS from hooksvc.devcerts); wrk "
+        "(keep-alive, Lua script cycling over the clusters) at "
+        f"{', '.join(map(str, sizes.connections))} "
+        f"connections, {sizes.wrk_seconds:g} s each. wrk runs on the same cores. The baseline is "
+        "`/healthz` in the same server process (a GET through the same middleware and TLS). "
+        'wrk is closed-loop (no `-R`), so "80% of peak" is the connection count whose '
+        "throughput is nearest 80% of the peak; its share is in the table. The smaller table "
+        "holds only the polled runs (an empty one would make every call a first call). The "
+        "sync comparison uses `--worker-class sync` on the same configuration. gevent and "
+        "uvicorn are not installed, so no ASGI or green-thread server was measured.",
+        f"- 2: {sizes.engine_workflows:,} workflows of {sizes.engine_steps} chained `noop` steps "
+        f"vs {sizes.plain_tasks:,} `bench.noop` Celery tasks, one worker (`--concurrency 2`), "
+        "Redis DB 12 (BENCH_FULL=1: 1,000 workflows, 10,000 tasks).",
+        f"- 3: {sizes.waiting_workflows:,} runs seeded as the engine leaves them after a first "
+        "poll "
+        f"(step `bench_poll`, every {sizes.poll_seconds:g} s, one countdown message each); CPU "
+        f"and RSS of the worker's process tree over {sizes.waiting_seconds:g} s (BENCH_FULL=1: "
+        "600 s). The reconciler is `workflows.engine.reconcile()` timed in the runner (median of "
+        "5 passes; the all-overdue pass enqueues up to its limit of 5,000 runs and 5,000 steps).",
+        f"- 4: {sizes.start_calls} calls for new clusters, one every 200 ms over one keep-alive "
+        "connection; the first step's `started_at` minus the time the client had the answer.",
+        "- 5: psutil RSS of a gunicorn worker after benchmark 1 and of the Celery worker "
+        "(main and pool processes) after benchmark 2.",
+        "",
+    ]
