@@ -27,9 +27,10 @@ def parse(url: str) -> dict[str, Any]:
         "PASSWORD": unquote(parts.password or ""),
         "HOST": parts.hostname or "",
         "PORT": str(parts.port or ""),
-        # Connections are kept for a minute and checked before reuse, so a restarted
-        # PostgreSQL costs one failed query at most.
+        # Connections are kept for a minute, without a health check per request (a round
+        # trip on every hook call): after a PostgreSQL restart the first query on a stale
+        # connection fails, blocking hooks answer "hold", and Django drops that connection.
         "CONN_MAX_AGE": 60,
-        "CONN_HEALTH_CHECKS": True,
+        "CONN_HEALTH_CHECKS": False,
         "OPTIONS": {"connect_timeout": 5, **dict(parse_qsl(parts.query))},
     }

@@ -22,6 +22,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import FilteredRelation, Q
 from django.utils import timezone
 
 from hooksvc import catalog, wire
@@ -68,16 +69,10 @@ PROCEED = Answer(catalog.Status.SUCCESS)
 
 def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
     """Ensure the runs `call` starts and answer from their state."""
-    templates = [
-        t
-        for t in WorkflowTemplate.objects.filter(hook=call.hook.name).only(
-            "id", "name", "spec", "generation"
-        )
-        if selection.matches(t.spec, call)
-    ]
+    templates, found = _templates_and_runs(call)
     if not templates:
         return PROCEED
-    runs = runs_ensure(templates=templates, call=call)
+    runs = runs_ensure(templates=templates, call=call, found=found)
     run_ids = tuple(r.pk for r in runs)
     if not call.hook.blocking:
         return dataclasses.replace(PROCEED, runs=run_ids)
@@ -97,25 +92,69 @@ _RUN_ANSWER_FIELDS = (
 )
 
 
-def runs_ensure(*, templates: Sequence[WorkflowTemplate], call: wire.HookCall) -> list[Run]:
+def _templates_and_runs(call: wire.HookCall) -> tuple[list[WorkflowTemplate], dict[str, Run]]:
+    """The hook's matching templates and their runs for this moment, in one query.
+
+    A steady-state poll is this query alone: the runs are joined to their templates. Runs
+    whose template was deleted and made again are not joined (their link is cleared); the
+    insert then meets the unique constraint and finds them by name.
+    """
+    moment = selection.moment_key(call)
+    current = FilteredRelation(
+        "runs",
+        condition=Q(
+            runs__hook=call.hook.name, runs__cluster_key=call.cluster.key, runs__moment=moment
+        ),
+    )
+    rows = (
+        WorkflowTemplate.objects.filter(hook=call.hook.name)
+        .annotate(current=current)
+        .values("id", "name", "spec", "generation", *(f"current__{f}" for f in _RUN_ANSWER_FIELDS))
+    )
+    templates: list[WorkflowTemplate] = []
+    found: dict[str, Run] = {}
+    for row in rows:
+        if not selection.matches(row["spec"], call):
+            continue
+        templates.append(
+            WorkflowTemplate(
+                id=row["id"],
+                name=row["name"],
+                spec=row["spec"],
+                generation=row["generation"],
+                hook=call.hook.name,
+            )
+        )
+        if row["current__id"] is not None:
+            found[row["name"]] = Run(**{f: row[f"current__{f}"] for f in _RUN_ANSWER_FIELDS})
+    return templates, found
+
+
+def runs_ensure(
+    *,
+    templates: Sequence[WorkflowTemplate],
+    call: wire.HookCall,
+    found: dict[str, Run] | None = None,
+) -> list[Run]:
     """One run per template for this cluster and moment: found, or created exactly once."""
     moment = selection.moment_key(call)
     key = call.cluster.key
-    found = {
-        r.template_name: r
-        for r in Run.objects.filter(
-            hook=call.hook.name,
-            cluster_key=key,
-            moment=moment,
-            template_name__in=[t.name for t in templates],
-        ).only(*_RUN_ANSWER_FIELDS)
-    }
+    if found is None:
+        found = {
+            r.template_name: r
+            for r in Run.objects.filter(
+                hook=call.hook.name,
+                cluster_key=key,
+                moment=moment,
+                template_name__in=[t.name for t in templates],
+            ).only(*_RUN_ANSWER_FIELDS)
+        }
     created: list[int] = []
     for template in templates:
         if template.name in found:
             continue
         run = _run_insert(template, call, moment)
-        if run is None:  # another call created it first
+        if run is None:  # another call created it first, or a template of the same name did
             run = Run.objects.only(*_RUN_ANSWER_FIELDS).get(
                 template_name=template.name, hook=call.hook.name, cluster_key=key, moment=moment
             )

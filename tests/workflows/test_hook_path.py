@@ -194,11 +194,22 @@ def test_a_released_run_lets_the_lifecycle_proceed() -> None:
     assert engine.render(run, NOW) == engine.PROCEED
 
 
-def test_a_repeated_call_costs_two_queries(django_assert_num_queries: Any) -> None:
-    """Invariant 1: a poll reads the templates of its hook and its runs, nothing else."""
+def test_a_repeated_call_costs_one_query(django_assert_num_queries: Any) -> None:
+    """Invariant 1: a poll reads its hook's templates joined to their runs, nothing else."""
     wf.template("backup")
     wf.template("notify")
     _answer(wf.call())
-    with django_assert_num_queries(2):
+    with django_assert_num_queries(1):
         answer = _answer(wf.call())
     assert answer.retry_after == 10
+    assert len(answer.runs) == 2
+
+
+def test_a_template_made_again_under_the_same_name_finds_the_old_run() -> None:
+    template = wf.template("backup")
+    _answer(wf.call())
+    template.delete()  # the run's link to its template is cleared
+    wf.template("backup")
+    answer = _answer(wf.call())
+    assert Run.objects.count() == 1
+    assert answer.runs == (Run.objects.get().pk,)
