@@ -41,6 +41,11 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_RECONCILE_GRACE_SECONDS": "how late work must be to be re-enqueued, default 30",
     "HOOKSVC_HOOK_CALL_RETENTION_DAYS": "how long hook calls are kept for the admin, default 7",
     "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
+    "HOOKSVC_METRICS_TOKEN": "if set, /metrics requires `Authorization: Bearer <token>`",
+    "PROMETHEUS_MULTIPROC_DIR": "directory where every process writes its metric samples; "
+    "default HOOKSVC_DATA_DIR/prometheus (web and worker share it to be counted together)",
+    "HOOKSVC_ADMIN_USERNAME": "`make run` creates this superuser when it does not exist yet",
+    "HOOKSVC_ADMIN_PASSWORD": "the password `make run` gives HOOKSVC_ADMIN_USERNAME (not printed)",
 }
 
 HOOKSVC_ENV = os.environ.get("HOOKSVC_ENV", "development")
@@ -187,6 +192,8 @@ CELERY_BEAT_SCHEDULE = {
 HOOK_CALL_RETENTION_DAYS = float(os.environ.get("HOOKSVC_HOOK_CALL_RETENTION_DAYS", "7"))
 
 ADMIN_PORT = int(os.environ.get("HOOKSVC_ADMIN_PORT", "0")) or None
+#: A bearer token /metrics requires; empty: none (restrict the port instead).
+METRICS_TOKEN = os.environ.get("HOOKSVC_METRICS_TOKEN", "")
 
 TLS_DIR = Path(os.environ.get("HOOKSVC_TLS_DIR", DATA_DIR / "tls"))
 TLS_CLIENT_AUTH = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"

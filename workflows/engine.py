@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from hooksvc import catalog, wire
+from hooksvc import catalog, metrics, wire
 from workflows import errors, selection, transitions
 from workflows.models import Run, StepRun, WorkflowTemplate
 from workflows.steps import registry
@@ -512,6 +512,7 @@ def _record(
             **common,
         )
         logger.info("step succeeded", extra={"action": "step_succeeded", **fields})
+        _observe(step, now - started, failed=False)
         return True
     if isinstance(outcome, registry.Poll):
         if outcome.output is not None:
@@ -553,7 +554,16 @@ def _record(
         **common,
     )
     logger.warning("step failed", extra={"action": "step_failed", "error": message, **fields})
+    _observe(step, now - started, failed=True)
     return True
+
+
+def _observe(step: StepRun, took: datetime.timedelta, *, failed: bool) -> None:
+    """Count a finished step once its transaction commits: a rolled-back one did not finish."""
+    step_type, seconds = step.type, took.total_seconds()
+    transaction.on_commit(
+        lambda: metrics.step_finished(step_type=step_type, seconds=seconds, failed=failed)
+    )
 
 
 def backoff(failures: int) -> float:

@@ -25,6 +25,7 @@ def worker_env(data_dir: Path) -> dict[str, str]:
         "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
         "HOOKSVC_DATA_DIR": str(data_dir),
         "HOOKSVC_STEP_MODULES": TEST_STEP_MODULES,
+        "PROMETHEUS_MULTIPROC_DIR": str(servers.metrics_dir()),
         # Fast reconciliation so that recovery tests take seconds, not minutes.
         "HOOKSVC_RECONCILE_SECONDS": "1",
         "HOOKSVC_RECONCILE_GRACE_SECONDS": "2",
