@@ -91,6 +91,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "hooksvc.middleware.PortSplitMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # The admin's CSS and JavaScript, straight from the installed apps (no collectstatic).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -137,7 +139,10 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "static"
+# gunicorn serves the admin too, so the admin's own static files are served by WhiteNoise,
+# found where the apps keep them: nothing is collected (no STATIC_ROOT), in the image or here.
+STATIC_ROOT = None
+WHITENOISE_USE_FINDERS = True
 
 # The service only speaks HTTPS, so cookies never travel in the clear.
 SESSION_COOKIE_SECURE = True

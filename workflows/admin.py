@@ -106,7 +106,7 @@ def badge(state: str, label: str | None = None) -> str:
     colour = STATE_COLOURS.get(state, "#6c757d")
     return format_html(
         '<span class="hooksvc-badge" style="background:{};color:#fff;'
-        'padding:2px 8px;border-radius:10px">{}</span>',
+        'padding:2px 8px;border-radius:10px;white-space:nowrap">{}</span>',
         colour,
         label or state,
     )
@@ -150,7 +150,7 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
         "cluster_name",
         "cluster_key",
         "moment",
-        "state",
+        "state_badge",
         "message",
         "created_at",
         "started_at",
