@@ -74,6 +74,13 @@ def redis_client() -> redis.Redis:
 
 
 @pytest.fixture
+def no_worker() -> None:
+    """No worker consumes the queue or reconciles (`worker` starts it again when asked)."""
+    for made in Worker.made:
+        made.stop()
+
+
+@pytest.fixture
 def output_dir(request: pytest.FixtureRequest) -> Path:
     """A directory under test-output/ for files a test keeps (screenshots, logs)."""
     path: Path = servers.ROOT / "test-output" / request.node.name

@@ -35,10 +35,14 @@ def worker_env(data_dir: Path) -> dict[str, str]:
 class Worker:
     """Starts, kills and restarts `celery worker -B` against the test database and Redis."""
 
+    #: Every worker made in this session, so that a test can make sure none is running.
+    made: list[Worker] = []
+
     def __init__(self, data_dir: Path, log_path: Path) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
+        Worker.made.append(self)
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
