@@ -10,8 +10,15 @@ import pytest
 import redis
 from django.conf import settings
 
+from hooksvc import multiproc
 from tests.support import servers
 from tests.support.worker import Worker
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_metric_files() -> None:
+    """Drop metric files of earlier test sessions, as gunicorn does for its own at start."""
+    multiproc.wipe_stale(multiproc.directory())
 
 
 @pytest.fixture(scope="session")
