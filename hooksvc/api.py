@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from hooksvc import catalog, handlers, wire
+from hooksvc import catalog, handlers, metrics, wire
 from workflows import engine, hookcalls
 
 logger = logging.getLogger(__name__)
@@ -77,8 +77,21 @@ class LifecycleHookView(_RuntimeHookView):
         handler = handlers.lookup(hook_segment, handler_name)
         if handler is None:
             return Response({"detail": "no such hook handler"}, status=status.HTTP_404_NOT_FOUND)
-        hook = handler.hook
         started = time.perf_counter()
+        body, headers = self._answer(request, handler, started)
+        # Every answer is counted, rejected requests and outages too: a counter update only.
+        metrics.hook_answered(
+            hook=handler.hook.name,
+            handler=handler.name,
+            answer=metrics.hook_answer(body["status"], body.get("retryAfterSeconds", 0)),
+            seconds=time.perf_counter() - started,
+        )
+        return Response(body, headers=headers)
+
+    def _answer(
+        self, request: Request, handler: handlers.Handler, started: float
+    ) -> tuple[catalog.HookResponse, dict[str, str] | None]:
+        hook = handler.hook
         try:
             call = wire.parse_hook_call(hook, _read_body(request))
         except wire.BadRequest as exc:
@@ -88,9 +101,7 @@ class LifecycleHookView(_RuntimeHookView):
             )
             # An oversized body is left unread: close the connection rather than drain it.
             headers = {"Connection": "close"} if _oversized(request) else None
-            return Response(
-                catalog.response(hook, catalog.Status.FAILURE, str(exc)), headers=headers
-            )
+            return catalog.response(hook, catalog.Status.FAILURE, str(exc)), headers
         try:
             answer = engine.answer(call, handler_name=handler.name)
         except DatabaseError:
@@ -99,17 +110,15 @@ class LifecycleHookView(_RuntimeHookView):
                 extra={"action": "hook_store_down", **_cluster_fields(call)},
             )
             if hook.blocking:
-                return Response(
-                    catalog.response(
-                        hook, catalog.Status.SUCCESS, MSG_STORE_DOWN, STORE_DOWN_RETRY_SECONDS
-                    )
-                )
-            return Response(catalog.response(hook, catalog.Status.FAILURE, MSG_STORE_DOWN))
+                return catalog.response(
+                    hook, catalog.Status.SUCCESS, MSG_STORE_DOWN, STORE_DOWN_RETRY_SECONDS
+                ), None
+            return catalog.response(hook, catalog.Status.FAILURE, MSG_STORE_DOWN), None
         except Exception:
             logger.exception(
                 "hook call failed", extra={"action": "hook_error", **_cluster_fields(call)}
             )
-            return Response(catalog.response(hook, catalog.Status.FAILURE, MSG_INTERNAL))
+            return catalog.response(hook, catalog.Status.FAILURE, MSG_INTERNAL), None
         latency_ms = round((time.perf_counter() - started) * 1000, 2)
         try:
             hookcalls.record(
@@ -137,7 +146,7 @@ class LifecycleHookView(_RuntimeHookView):
                 "duration_ms": latency_ms,
             },
         )
-        return Response(catalog.response(hook, answer.status, answer.message, answer.retry_after))
+        return catalog.response(hook, answer.status, answer.message, answer.retry_after), None
 
 
 def _cluster_fields(call: wire.HookCall) -> dict[str, str]:

@@ -14,7 +14,42 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
+
+_CREATE_HINT = (
+    "create one with `.venv/bin/python manage.py createsuperuser`, or set "
+    "HOOKSVC_ADMIN_USERNAME and HOOKSVC_ADMIN_PASSWORD before `make run`"
+)
+
+
+def ensure_admin(environ: Mapping[str, str]) -> str:
+    """Create the superuser the environment names, if it does not exist; say what happened.
+
+    There is no default account: without both variables this only tells how to create
+    one. An existing user is left as it is. The password is never part of the message.
+    """
+    from django.contrib.auth import get_user_model, password_validation
+    from django.core.exceptions import ValidationError
+
+    users = get_user_model()
+    username = environ.get("HOOKSVC_ADMIN_USERNAME", "")
+    password = environ.get("HOOKSVC_ADMIN_PASSWORD", "")
+    if not (username and password):
+        if username or password:
+            return f"No admin user created: both variables are needed; {_CREATE_HINT}."
+        if users.objects.filter(is_superuser=True).exists():
+            return ""
+        return f"No admin user yet: {_CREATE_HINT}."
+    if users.objects.filter(username=username).exists():
+        return f"Admin user {username!r} exists; left as it is."
+    try:
+        password_validation.validate_password(password, users(username=username))
+    except ValidationError as exc:
+        problems = " ".join(exc.messages)
+        return f"Admin user {username!r} not created: HOOKSVC_ADMIN_PASSWORD: {problems}"
+    users.objects.create_superuser(username=username, email="", password=password)
+    return f"Created the admin user {username!r} (password from HOOKSVC_ADMIN_PASSWORD)."
 
 
 def main() -> int:
@@ -23,7 +58,6 @@ def main() -> int:
 
     django.setup()
     from django.conf import settings
-    from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
     from hooksvc import devcerts, handlers
@@ -41,8 +75,9 @@ def main() -> int:
     )
     print(f"CA bundle for the ExtensionConfig's clientConfig.caBundle:\n  {ca_bundle}")
     print("Handlers:", ", ".join(f"{h.name} ({h.hook.name})" for h in handlers.configured()))
-    if not get_user_model().objects.filter(is_superuser=True).exists():
-        print("No admin user yet: create one with `.venv/bin/python manage.py createsuperuser`.")
+    notice = ensure_admin(os.environ)
+    if notice:
+        print(notice)
     sys.stdout.flush()
 
     python = sys.executable

@@ -45,6 +45,20 @@ preload_app = True
 _contexts: Any = None
 
 
+def on_starting(server: Any) -> None:
+    """Before the workers fork: drop metric files of processes from an earlier start."""
+    from hooksvc import multiproc
+
+    multiproc.wipe_stale(multiproc.configure())
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """A worker is gone: its live gauges must not be reported any more (counters stay)."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+
+
 def ssl_context(conf: Any, default_ssl_context_factory: Any) -> Any:
     """Called by gunicorn for every new connection: hand out the cached, reloading context."""
     global _contexts

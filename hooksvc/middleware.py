@@ -14,7 +14,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotFound
 
 from hooksvc import catalog
 
-#: Paths every port serves: the probes.
+#: Paths every port serves: the probes. Every other path that is not a hook's (the admin,
+#: /metrics) belongs to the admin port: monitoring scrapes where operators browse.
 _PROBES = ("/healthz", "/readyz")
 
 

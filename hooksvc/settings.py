@@ -43,6 +43,11 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
     "HOOKSVC_KUBECONFIG": "management cluster's kubeconfig outside a Pod (default: the first"
     " file in $KUBECONFIG, then ~/.kube/config); in a Pod its ServiceAccount is used",
+    "HOOKSVC_METRICS_TOKEN": "if set, /metrics requires `Authorization: Bearer <token>`",
+    "PROMETHEUS_MULTIPROC_DIR": "directory where every process writes its metric samples; "
+    "default HOOKSVC_DATA_DIR/prometheus (web and worker share it to be counted together)",
+    "HOOKSVC_ADMIN_USERNAME": "`make run` creates this superuser when it does not exist yet",
+    "HOOKSVC_ADMIN_PASSWORD": "the password `make run` gives HOOKSVC_ADMIN_USERNAME (not printed)",
 }
 
 HOOKSVC_ENV = os.environ.get("HOOKSVC_ENV", "development")
@@ -88,6 +93,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "hooksvc.middleware.PortSplitMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # The admin's CSS and JavaScript, straight from the installed apps (no collectstatic).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -134,7 +141,10 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "static"
+# gunicorn serves the admin too, so the admin's own static files are served by WhiteNoise,
+# found where the apps keep them: nothing is collected (no STATIC_ROOT), in the image or here.
+STATIC_ROOT = None
+WHITENOISE_USE_FINDERS = True
 
 # The service only speaks HTTPS, so cookies never travel in the clear.
 SESSION_COOKIE_SECURE = True
@@ -189,6 +199,8 @@ CELERY_BEAT_SCHEDULE = {
 HOOK_CALL_RETENTION_DAYS = float(os.environ.get("HOOKSVC_HOOK_CALL_RETENTION_DAYS", "7"))
 
 ADMIN_PORT = int(os.environ.get("HOOKSVC_ADMIN_PORT", "0")) or None
+#: A bearer token /metrics requires; empty: none (restrict the port instead).
+METRICS_TOKEN = os.environ.get("HOOKSVC_METRICS_TOKEN", "")
 
 TLS_DIR = Path(os.environ.get("HOOKSVC_TLS_DIR", DATA_DIR / "tls"))
 TLS_CLIENT_AUTH = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"

@@ -1,4 +1,4 @@
-"""URL routes: the Runtime SDK endpoints (under an optional prefix) and the admin."""
+"""URL routes: the Runtime SDK endpoints (under an optional prefix), the admin, probes, metrics."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import URLPattern, URLResolver, path
 
-from hooksvc import api, catalog, health
+from hooksvc import api, catalog, health, scrape
 
 _prefix = f"{settings.HOOKS_PATH_PREFIX}/" if settings.HOOKS_PATH_PREFIX else ""
 _hooks = f"{_prefix}{catalog.GROUP}/{catalog.VERSION}/"
@@ -17,4 +17,5 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("admin/", admin.site.urls),
     path("healthz", health.healthz),
     path("readyz", health.readyz),
+    path("metrics", scrape.metrics),
 ]

@@ -1,4 +1,4 @@
-"""Shared fixtures: TLS material and the real HTTPS hook server."""
+"""Shared fixtures: TLS material, the real HTTPS hook server and a real Celery worker."""
 
 from __future__ import annotations
 
@@ -7,8 +7,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+from django.conf import settings
 
+from hooksvc import multiproc
 from tests.support import servers
+from tests.support.worker import Worker
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_metric_files() -> None:
+    """Drop metric files of earlier test sessions, as gunicorn does for its own at start."""
+    multiproc.wipe_stale(multiproc.directory())
 
 # The Kubernetes API emulator's fixtures (kube_server, kube, kubeconfig_path).
 pytest_plugins = ["tests.support.kube"]
@@ -45,6 +55,39 @@ def mtls_server(
         tls_files.server_dir, log, extra_env={"HOOKSVC_TLS_CLIENT_AUTH": "1"}
     ) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def _worker_process(
+    tmp_path_factory: pytest.TempPathFactory, django_db_setup: Any, django_db_blocker: Any
+) -> Iterator[Worker]:
+    # Messages left by earlier runs of the suite refer to rows that no longer exist.
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    root = tmp_path_factory.mktemp("worker")
+    worker = Worker(root / "data", root / "worker.log")
+    worker.start()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def worker(_worker_process: Worker) -> Worker:
+    """The running worker (restarted if a test killed it)."""
+    if not _worker_process.alive:
+        _worker_process.start()
+    return _worker_process
+
+
+@pytest.fixture
+def redis_client() -> redis.Redis:
+    return redis.Redis.from_url(settings.CELERY_BROKER_URL)
+
+
+@pytest.fixture
+def no_worker() -> None:
+    """No worker consumes the queue or reconciles (`worker` starts it again when asked)."""
+    for made in Worker.made:
+        made.stop()
 
 
 @pytest.fixture

@@ -1,13 +1,15 @@
 """The Django admin: read-only run history with progress; operator actions behind a confirmation.
 
 Runs, steps and events are never edited here: actions call `workflows.actions`, which
-change state through transitions and record who did what and why.
+change state through transitions and record who did what and why. Templates are edited
+as their YAML document and validated by `workflows.spec`, as `apply_workflows` does.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import yaml
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, Q, QuerySet
@@ -18,7 +20,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from workflows import actions
+from workflows import actions, spec
 from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
 
 STATE_COLOURS = {
@@ -104,7 +106,7 @@ def badge(state: str, label: str | None = None) -> str:
     colour = STATE_COLOURS.get(state, "#6c757d")
     return format_html(
         '<span class="hooksvc-badge" style="background:{};color:#fff;'
-        'padding:2px 8px;border-radius:10px">{}</span>',
+        'padding:2px 8px;border-radius:10px;white-space:nowrap">{}</span>',
         colour,
         label or state,
     )
@@ -148,7 +150,7 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
         "cluster_name",
         "cluster_key",
         "moment",
-        "state",
+        "state_badge",
         "message",
         "created_at",
         "started_at",
@@ -342,11 +344,98 @@ def _perform(action: str, run_id: int, step_name: str, *, actor: str, reason: st
         actions.run_release(run_id=run_id, actor=actor, reason=reason)
 
 
+def template_document(template: WorkflowTemplate) -> str:
+    """The template as the YAML document `apply_workflows` reads, every default spelled out."""
+    document = {
+        "apiVersion": spec.API_VERSION,
+        "kind": "WorkflowTemplate",
+        "metadata": {"name": template.name},
+        "spec": template.spec,
+    }
+    text: str = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+    return text
+
+
+_NEW_TEMPLATE = f"""apiVersion: {spec.API_VERSION}
+kind: WorkflowTemplate
+metadata:
+  name: my-workflow
+spec:
+  hook: BeforeClusterUpgrade
+  steps:
+    - name: approve
+      type: approval
+"""
+
+
+class TemplateDocumentForm(forms.ModelForm):  # type: ignore[type-arg]
+    """Edits a template as its whole YAML document, validated as `apply_workflows` does."""
+
+    document = forms.CharField(
+        widget=forms.Textarea(
+            attrs={"rows": 32, "cols": 100, "spellcheck": "false", "class": "vLargeTextField"}
+        ),
+        help_text="One WorkflowTemplate document, as `manage.py apply_workflows` reads it. "
+        "Editing it changes only new runs.",
+    )
+
+    class Meta:
+        model = WorkflowTemplate
+        fields = ("document",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parsed: spec.Document | None = None
+        self.fields["document"].initial = (
+            template_document(self.instance) if self.instance.pk else _NEW_TEMPLATE
+        )
+
+    def clean_document(self) -> str:
+        text: str = self.cleaned_data["document"]
+        try:
+            documents = spec.parse(text)
+        except spec.SpecError as exc:
+            raise forms.ValidationError(exc.messages) from None
+        if len(documents) != 1:
+            raise forms.ValidationError(
+                f"one document is edited here, got {len(documents)}; "
+                "apply several with `manage.py apply_workflows`"
+            )
+        doc = documents[0]
+        if self.instance.pk and doc.name != self.instance.name:
+            # Runs are keyed by the template's name: a rename would start every run again.
+            raise forms.ValidationError(
+                f"metadata.name: cannot change from {self.instance.name!r} here; "
+                "add a new template instead"
+            )
+        if not self.instance.pk and WorkflowTemplate.objects.filter(name=doc.name).exists():
+            raise forms.ValidationError(
+                f"metadata.name: a WorkflowTemplate named {doc.name!r} exists already"
+            )
+        self.parsed = doc
+        return text
+
+    def save(self, commit: bool = True) -> WorkflowTemplate:
+        doc = self.parsed
+        if doc is None:
+            raise ValueError("save() needs a successful is_valid() first")
+        template: WorkflowTemplate = self.instance
+        hook = doc.spec["hook"]
+        # As apply_workflows: the generation counts changes, not saves.
+        if template.pk and (template.hook != hook or template.spec != doc.spec):
+            template.generation += 1
+        template.name, template.hook, template.spec = doc.name, hook, doc.spec
+        saved: WorkflowTemplate = super().save(commit)
+        return saved
+
+
 @admin.register(WorkflowTemplate)
 class WorkflowTemplateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = TemplateDocumentForm
     list_display = ("name", "hook", "generation", "updated_at")
     list_filter = ("hook",)
     search_fields = ("name",)
+    fields = ("document", "generation", "created_at", "updated_at")
     readonly_fields = ("generation", "created_at", "updated_at")
 
 

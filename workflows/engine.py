@@ -25,7 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import FilteredRelation, Q
 from django.utils import timezone
 
-from hooksvc import catalog, wire
+from hooksvc import catalog, metrics, wire
 from workflows import errors, selection, transitions
 from workflows.models import Run, StepRun, WorkflowTemplate
 from workflows.steps import registry
@@ -551,6 +551,7 @@ def _record(
             **common,
         )
         logger.info("step succeeded", extra={"action": "step_succeeded", **fields})
+        _observe(step, now - started, failed=False)
         return True
     if isinstance(outcome, registry.Poll):
         if outcome.output is not None:
@@ -592,7 +593,16 @@ def _record(
         **common,
     )
     logger.warning("step failed", extra={"action": "step_failed", "error": message, **fields})
+    _observe(step, now - started, failed=True)
     return True
+
+
+def _observe(step: StepRun, took: datetime.timedelta, *, failed: bool) -> None:
+    """Count a finished step once its transaction commits: a rolled-back one did not finish."""
+    step_type, seconds = step.type, took.total_seconds()
+    transaction.on_commit(
+        lambda: metrics.step_finished(step_type=step_type, seconds=seconds, failed=failed)
+    )
 
 
 def backoff(failures: int) -> float:

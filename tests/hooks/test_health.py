@@ -68,3 +68,9 @@ def test_an_admin_port_separates_the_admin_from_the_hooks(
             == 404
         )
         assert _get(server, "/healthz", admin_port)[0] == 200
+
+
+def test_the_server_serves_the_admins_css_itself(hook_server: servers.HookServer) -> None:
+    status, body = _get(hook_server, "/static/admin/css/base.css")
+    assert status == 200, "the admin would be unstyled: is WhiteNoise in MIDDLEWARE?"
+    assert b"--body-bg" in body

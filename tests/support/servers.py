@@ -30,6 +30,14 @@ def free_port() -> int:
         return port
 
 
+def metrics_dir() -> Path:
+    """The multiprocess metrics directory the test web servers and worker share.
+
+    As in `make run`: the worker's step metrics show up in the web's /metrics.
+    """
+    return Path(settings.DATA_DIR) / "prometheus-servers"
+
+
 def test_database_url() -> str:
     """The pytest-django test database, for processes the tests start."""
     db = settings.DATABASES["default"]
@@ -147,6 +155,7 @@ def server_env(
         "HOOKSVC_BIND": f"127.0.0.1:{port}",
         "HOOKSVC_WEB_WORKERS": "1",
         "HOOKSVC_DATA_DIR": str(settings.DATA_DIR),
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir()),
         **(extra_env or {}),
     }
 

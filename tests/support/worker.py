@@ -25,6 +25,7 @@ def worker_env(data_dir: Path) -> dict[str, str]:
         "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
         "HOOKSVC_DATA_DIR": str(data_dir),
         "HOOKSVC_STEP_MODULES": TEST_STEP_MODULES,
+        "PROMETHEUS_MULTIPROC_DIR": str(servers.metrics_dir()),
         # Fast reconciliation so that recovery tests take seconds, not minutes.
         "HOOKSVC_RECONCILE_SECONDS": "1",
         "HOOKSVC_RECONCILE_GRACE_SECONDS": "2",
@@ -34,6 +35,9 @@ def worker_env(data_dir: Path) -> dict[str, str]:
 class Worker:
     """Starts, kills and restarts `celery worker -B` against the test database and Redis."""
 
+    #: Every worker made in this session, so that a test can make sure none is running.
+    made: list[Worker] = []
+
     def __init__(self, data_dir: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
@@ -41,6 +45,7 @@ class Worker:
         self.process: subprocess.Popen[bytes] | None = None
         #: Set while a test stops or kills the worker on purpose (supervisors leave it alone).
         self.stopping = False
+        Worker.made.append(self)
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Fixtures for engine tests: a real Celery worker and a local HTTP receiver."""
+"""Fixtures for engine tests: a local HTTP receiver (the worker is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,36 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
-from django.conf import settings
-
-from tests.support.worker import Worker
-
-
-@pytest.fixture(scope="session")
-def _worker_process(
-    tmp_path_factory: pytest.TempPathFactory, django_db_setup: Any, django_db_blocker: Any
-) -> Iterator[Worker]:
-    # Messages left by earlier runs of the suite refer to rows that no longer exist.
-    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
-    root = tmp_path_factory.mktemp("worker")
-    worker = Worker(root / "data", root / "worker.log")
-    worker.start()
-    yield worker
-    worker.stop()
-
-
-@pytest.fixture
-def worker(_worker_process: Worker) -> Worker:
-    """The running worker (restarted if a test killed it)."""
-    if not _worker_process.alive:
-        _worker_process.start()
-    return _worker_process
-
-
-@pytest.fixture
-def redis_client() -> redis.Redis:
-    return redis.Redis.from_url(settings.CELERY_BROKER_URL)
 
 
 class Receiver(http.server.ThreadingHTTPServer):

@@ -53,7 +53,7 @@ def test_an_unreachable_state_store_keeps_blocking_hooks_holding(
 
 
 def test_an_unreachable_broker_still_records_the_run_for_the_reconciler(
-    tls_files: servers.TLSFiles, tmp_path: Path
+    tls_files: servers.TLSFiles, tmp_path: Path, no_worker: None
 ) -> None:
     wf.template("backup")
     dead = f"redis://127.0.0.1:{servers.free_port()}/0"

@@ -1,0 +1,64 @@
+"""The metrics hooksvc records as it works: hook calls in the web, steps in the worker.
+
+Recording is a counter or histogram update in this process' memory-mapped file (see
+hooksvc/multiproc.py): no query and no network, so the hook path stays fast. What is
+computed at scrape time (runs by state, the queue depth) lives in hooksvc/scrape.py.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from prometheus_client import Counter, Histogram
+
+from hooksvc import catalog
+
+
+class HookAnswer(enum.StrEnum):
+    """How a hook call was answered, as operators think of it."""
+
+    BLOCKED = "blocked"  #: Success with retryAfterSeconds > 0: the lifecycle waits
+    PASSED = "passed"  #: Success, nothing to wait for
+    FAILED = "failed"  #: Failure, including a rejected (malformed) request
+
+
+HOOK_CALLS = Counter(
+    "hooksvc_hook_calls",
+    "Lifecycle hook calls by hook, handler and answer (blocked, passed, failed).",
+    ["hook", "handler", "answer"],
+)
+HOOK_LATENCY = Histogram(
+    "hooksvc_hook_latency_seconds",
+    "Time to answer a lifecycle hook call, from routing to the response body.",
+    ["hook"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+STEP_DURATION = Histogram(
+    "hooksvc_step_duration_seconds",
+    "Time from a step's first attempt to its success or final failure, by step type.",
+    ["type"],
+    # Steps range from a no-op to a day-long approval.
+    buckets=(0.1, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0),
+)
+STEP_FAILURES = Counter(
+    "hooksvc_step_failures",
+    "Steps that failed for good (retries exhausted or a permanent error), by step type.",
+    ["type"],
+)
+
+
+def hook_answer(status: str, retry_after: int) -> HookAnswer:
+    if status != catalog.Status.SUCCESS:
+        return HookAnswer.FAILED
+    return HookAnswer.BLOCKED if retry_after > 0 else HookAnswer.PASSED
+
+
+def hook_answered(*, hook: str, handler: str, answer: HookAnswer, seconds: float) -> None:
+    HOOK_CALLS.labels(hook=hook, handler=handler, answer=answer.value).inc()
+    HOOK_LATENCY.labels(hook=hook).observe(seconds)
+
+
+def step_finished(*, step_type: str, seconds: float, failed: bool) -> None:
+    STEP_DURATION.labels(type=step_type).observe(max(0.0, seconds))
+    if failed:
+        STEP_FAILURES.labels(type=step_type).inc()
