@@ -20,6 +20,7 @@ def _fresh_metric_files() -> None:
     """Drop metric files of earlier test sessions, as gunicorn does for its own at start."""
     multiproc.wipe_stale(multiproc.directory())
 
+
 # The Kubernetes API emulator's fixtures (kube_server, kube, kubeconfig_path).
 pytest_plugins = ["tests.support.kube"]
 
