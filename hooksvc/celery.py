@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import worker_ready
 
 from hooksvc import multiproc
 
@@ -19,3 +20,21 @@ multiproc.configure()
 app = Celery("hooksvc")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_ready.connect
+def _serve_worker_metrics(**kwargs: object) -> None:
+    """With HOOKSVC_WORKER_METRICS_PORT, the worker serves its own /metrics (plain HTTP).
+
+    In Kubernetes web and worker Pods share no files, so the web's /metrics cannot count
+    the worker's step metrics; Prometheus scrapes each worker Pod on this port instead.
+    """
+    port = os.environ.get("HOOKSVC_WORKER_METRICS_PORT")
+    if not port:
+        return
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(multiproc.directory()))  # type: ignore[no-untyped-call]
+    start_http_server(int(port), registry=registry)

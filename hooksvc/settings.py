@@ -43,6 +43,7 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
     "HOOKSVC_KUBECONFIG": "management cluster's kubeconfig outside a Pod (default: the first"
     " file in $KUBECONFIG, then ~/.kube/config); in a Pod its ServiceAccount is used",
+    "HOOKSVC_WORKER_METRICS_PORT": "a Celery worker serves its own /metrics on this port",
     "HOOKSVC_METRICS_TOKEN": "if set, /metrics requires `Authorization: Bearer <token>`",
     "PROMETHEUS_MULTIPROC_DIR": "directory where every process writes its metric samples; "
     "default HOOKSVC_DATA_DIR/prometheus (web and worker share it to be counted together)",
