@@ -285,7 +285,7 @@ class KubeEmulator:
         name, sub = [*rest[1:], None, None][:2]
         return await self._dispatch(request, res, namespace, name, sub)
 
-    async def _dispatch(  # noqa: PLR0911 (one answer per route)
+    async def _dispatch(
         self, request: web.Request, res: Resource, ns: str, name: str | None, sub: str | None
     ) -> web.StreamResponse:
         method, query = request.method, request.query
