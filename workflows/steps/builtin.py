@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from workflows.steps import approval, backup_pvs, conformance, http, noop, wait
+from workflows.steps import approval, backup_pvs, conformance, http, k8s_job, noop, wait
 
-__all__ = ["approval", "backup_pvs", "conformance", "http", "noop", "wait"]
+__all__ = ["approval", "backup_pvs", "conformance", "http", "k8s_job", "noop", "wait"]
