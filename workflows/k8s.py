@@ -197,6 +197,19 @@ def _secret_config(namespace: str, secret: str, data: Mapping[str, Any] | None) 
     return config
 
 
+def workload_kubeconfig(namespace: str, cluster_name: str) -> bytes:
+    """The raw kubeconfig of CAPI's `<cluster>-kubeconfig` Secret, for CLIs such as helm."""
+    secret = f"{cluster_name}-kubeconfig"
+    try:
+        found = call(core(management_api()).read_namespaced_secret, secret, namespace)
+    except NotFound:
+        raise KubeconfigUnavailable(f"kubeconfig Secret {namespace}/{secret} not found") from None
+    if not isinstance(_secret_config(namespace, secret, found.data), dict):
+        message = f"kubeconfig Secret {namespace}/{secret} is not a usable kubeconfig"
+        raise KubeconfigUnavailable(message)
+    return base64.b64decode((found.data or {})["value"])
+
+
 def workload_api(namespace: str, cluster_name: str) -> ApiClient:
     """The workload cluster, from CAPI's `<cluster>-kubeconfig` Secret (key `value`).
 
