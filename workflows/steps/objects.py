@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from workflows import k8s
+from workflows import k8s, manifests
 from workflows.steps import registry
 
 JSON = dict[str, Any]
@@ -113,3 +113,13 @@ def tail(text: str, max_chars: int) -> str:
     cut = text[-max_chars:]
     newline = cut.find("\n")
     return cut[newline + 1 :] if 0 <= newline < len(cut) - 1 else cut
+
+
+def inventory_path(api: k8s.ApiClient, entry: Mapping[str, Any]) -> str:
+    """The REST path of an inventory entry {apiVersion, kind, namespace, name}."""
+    manifest = {
+        "apiVersion": entry["apiVersion"],
+        "kind": entry["kind"],
+        "metadata": {"name": entry["name"]},
+    }
+    return manifests.object_path(api, manifest, entry.get("namespace"))
