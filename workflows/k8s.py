@@ -151,6 +151,13 @@ def _load(source: tuple[Any, ...], configuration: kubernetes.client.Configuratio
         raise KubeconfigUnavailable(f"kubeconfig {where} is not usable") from None
 
 
+def management_configured() -> bool:
+    """True in a Pod, or when the configured kubeconfig file exists."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) or os.path.exists(
+        settings.KUBECONFIG_PATH
+    )
+
+
 def management_api() -> ApiClient:
     """The management cluster: the Pod's ServiceAccount, else settings.KUBECONFIG_PATH."""
     global _management
