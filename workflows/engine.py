@@ -333,6 +333,7 @@ def _run_start(run: Run, now: datetime.datetime) -> None:
         started_at=now,
     )
     logger.info("run started", extra={"action": "run_started", **log_fields(run)})
+    _announce(run.pk, "started")
 
 
 def _default_timeout(type_name: str) -> int | None:
@@ -365,11 +366,13 @@ def _settle(run: Run, steps: list[StepRun], now: datetime.datetime) -> None:
             run, Run.State.FAILED, allowed_from=[Run.State.RUNNING], message=message[:500]
         )
         logger.warning("run failed", extra={"action": "run_failed", **log_fields(run)})
+        _announce(run.pk, "failed")
         _wake_waiters(run)
         return
     if all(s.state in StepRun.DONE for s in steps):
         transitions.run_move(run, Run.State.SUCCEEDED, allowed_from=[Run.State.RUNNING], message="")
         logger.info("run succeeded", extra={"action": "run_succeeded", **log_fields(run)})
+        _announce(run.pk, "succeeded")
         _wake_waiters(run)
         return
     current = next((s for s in steps if s.state in StepRun.DUE), None)
@@ -416,7 +419,26 @@ def _deadline_act(run: Run, steps: list[StepRun]) -> None:
             allowed_from=[Run.State.RUNNING],
             message=f"workflow {run.template_name} did not finish before its deadline",
         )
+        _announce(run.pk, "failed")
         _wake_waiters(run)
+
+
+def _announce(run_id: int, outcome: str) -> None:
+    """After the transition commits, a worker records it as an Event on the Cluster."""
+
+    def send() -> None:
+        from workflows import tasks
+
+        try:
+            tasks.cluster_event.delay(run_id, outcome)
+        except Exception:
+            # Best effort: an Event is worth less than the run's own progress.
+            logger.warning(
+                "broker unavailable; cluster event not sent",
+                extra={"action": "event_enqueue_failed", "run": run_id},
+            )
+
+    transaction.on_commit(send)
 
 
 def _wake_waiters(run: Run) -> None:
