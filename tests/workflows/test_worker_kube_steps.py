@@ -4,6 +4,8 @@ CAPI calls the hook over HTTPS; the worker (its management cluster is the emulat
 HOOKSVC_KUBECONFIG) reads the workload kubeconfig Secret, snapshots the PVC and polls; the
 test plays the snapshot controller; the run's start and success end up as Events on the
 Cluster.
+
+(Named to run after test_outages.py: that module expects no worker to be running yet.)
 """
 
 from __future__ import annotations
