@@ -19,7 +19,7 @@ from tests.steps.conftest import CLUSTER_UID, Context, run
 from tests.support.kube import KubeEmulator
 from workflows import errors
 from workflows.models import Run, StepRun
-from workflows.steps import registry
+from workflows.steps import addon_install, registry
 
 DEPLOYMENTS = ("apps", "v1", "deployments")
 ADDON: list[dict[str, Any]] = [
@@ -248,3 +248,57 @@ def test_remove_needs_one_source_of_inventory() -> None:
     with pytest.raises(registry.ParamError) as exc:
         registry.validate("addon_remove", {}, hook="BeforeClusterDelete")
     assert str(exc.value) == "inventory: give either fromTemplate and fromStep, or inventory"
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "status", "done"),
+    [
+        (
+            "StatefulSet",
+            {"replicas": 3},
+            {"observedGeneration": 1, "updatedReplicas": 3, "readyReplicas": 3},
+            True,
+        ),
+        (
+            "StatefulSet",
+            {"replicas": 3},
+            {"observedGeneration": 1, "updatedReplicas": 3, "readyReplicas": 2},
+            False,
+        ),
+        (
+            "Deployment",
+            {},
+            {"observedGeneration": 1, "updatedReplicas": 1, "availableReplicas": 1},
+            True,
+        ),
+        (
+            "Deployment",
+            {"replicas": 1},
+            {"observedGeneration": 0, "updatedReplicas": 1, "availableReplicas": 1},
+            False,
+        ),
+        (
+            "DaemonSet",
+            {},
+            {
+                "observedGeneration": 1,
+                "desiredNumberScheduled": 2,
+                "updatedNumberScheduled": 1,
+                "numberAvailable": 2,
+            },
+            False,
+        ),
+    ],
+    ids=[
+        "sts ready",
+        "sts not ready",
+        "deploy default replicas",
+        "deploy old generation",
+        "ds updating",
+    ],
+)
+def test_rolled_out_reads_the_controllers_status(
+    kind: str, spec: dict[str, Any], status: dict[str, Any], done: bool
+) -> None:
+    obj = {"kind": kind, "metadata": {"generation": 1}, "spec": spec, "status": status}
+    assert addon_install.rolled_out(obj) is done
