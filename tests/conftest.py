@@ -15,6 +15,7 @@ from django.core.management.commands import flush
 
 from hooksvc import multiproc
 from tests.support import servers
+from tests.support.kube import KubeEmulator
 from tests.support.worker import Worker
 
 
@@ -85,12 +86,18 @@ def mtls_server(
 
 @pytest.fixture(scope="session")
 def _worker_process(
-    tmp_path_factory: pytest.TempPathFactory, django_db_setup: Any, django_db_blocker: Any
+    tmp_path_factory: pytest.TempPathFactory,
+    django_db_setup: Any,
+    django_db_blocker: Any,
+    kube_server: KubeEmulator,
 ) -> Iterator[Worker]:
     # Messages left by earlier runs of the suite refer to rows that no longer exist.
     redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
     root = tmp_path_factory.mktemp("worker")
-    worker = Worker(root / "data", root / "worker.log")
+    # The emulator is the worker's management cluster (tests reset it with `kube`).
+    kubeconfig = root / "kubeconfig"
+    kube_server.kubeconfig(kubeconfig)
+    worker = Worker(root / "data", root / "worker.log", kubeconfig=kubeconfig)
     worker.start()
     yield worker
     worker.stop()

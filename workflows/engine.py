@@ -357,7 +357,7 @@ def _run_start(run: Run, now: datetime.datetime) -> None:
                 type=s["type"],
                 params=s.get("with") or {},
                 depends_on=s.get("dependsOn") or [],
-                timeout_seconds=s.get("timeoutSeconds"),
+                timeout_seconds=s.get("timeoutSeconds") or _default_timeout(s["type"]),
                 retries=s.get("retries", 0),
             )
             for i, s in enumerate(steps)
@@ -372,6 +372,12 @@ def _run_start(run: Run, now: datetime.datetime) -> None:
         started_at=now,
     )
     logger.info("run started", extra={"action": "run_started", **log_fields(run)})
+    _announce(run.pk, "started")
+
+
+def _default_timeout(type_name: str) -> int | None:
+    step_type = registry.find(type_name)
+    return step_type.default_timeout_seconds if step_type else None
 
 
 def _promote(steps: list[StepRun], now: datetime.datetime) -> None:
@@ -399,11 +405,13 @@ def _settle(run: Run, steps: list[StepRun], now: datetime.datetime) -> None:
             run, Run.State.FAILED, allowed_from=[Run.State.RUNNING], message=message[:500]
         )
         logger.warning("run failed", extra={"action": "run_failed", **log_fields(run)})
+        _announce(run.pk, "failed")
         _wake_waiters(run)
         return
     if all(s.state in StepRun.DONE for s in steps):
         transitions.run_move(run, Run.State.SUCCEEDED, allowed_from=[Run.State.RUNNING], message="")
         logger.info("run succeeded", extra={"action": "run_succeeded", **log_fields(run)})
+        _announce(run.pk, "succeeded")
         _wake_waiters(run)
         return
     current = next((s for s in steps if s.state in StepRun.DUE), None)
@@ -450,7 +458,26 @@ def _deadline_act(run: Run, steps: list[StepRun]) -> None:
             allowed_from=[Run.State.RUNNING],
             message=f"workflow {run.template_name} did not finish before its deadline",
         )
+        _announce(run.pk, "failed")
         _wake_waiters(run)
+
+
+def _announce(run_id: int, outcome: str) -> None:
+    """After the transition commits, a worker records it as an Event on the Cluster."""
+
+    def send() -> None:
+        from workflows import tasks
+
+        try:
+            tasks.cluster_event.delay(run_id, outcome)
+        except Exception:
+            # Best effort: an Event is worth less than the run's own progress.
+            logger.warning(
+                "broker unavailable; cluster event not sent",
+                extra={"action": "event_enqueue_failed", "run": run_id},
+            )
+
+    transaction.on_commit(send)
 
 
 def _wake_waiters(run: Run) -> None:
@@ -486,6 +513,15 @@ def _execute(step_id: int) -> tuple[bool, int]:
             return False, run.pk
         fields = log_fields(run, step)
         started = step.started_at or now
+        ctx = registry.StepContext(
+            run_id=run.pk,
+            step_name=step.name,
+            step_type=step.type,
+            params=step.params,
+            run_context=run.context,
+            memo=dict(step.memo),
+            attempt=step.failures + 1,
+        )
         if step.timeout_seconds and now - started > datetime.timedelta(
             seconds=step.timeout_seconds
         ):
@@ -493,17 +529,12 @@ def _execute(step_id: int) -> tuple[bool, int]:
                 f"timed out after {step.timeout_seconds} s"
             )
         else:
-            ctx = registry.StepContext(
-                run_id=run.pk,
-                step_name=step.name,
-                step_type=step.type,
-                params=step.params,
-                run_context=run.context,
-                memo=dict(step.memo),
-                attempt=step.failures + 1,
-            )
             outcome = execute_once(ctx, fields)
             step.memo = ctx.memo
+        if isinstance(outcome, errors.StepError) and (
+            isinstance(outcome, errors.PermanentError) or step.failures + 1 > step.retries
+        ):
+            _cleanup(ctx, fields)
         finished = _record(step, outcome, started, now, fields)
         if finished:
             Run.objects.filter(pk=run.pk).update(wake_at=now)
@@ -530,6 +561,20 @@ def execute_once(
         )
         # The class name only: the exception text may hold hosts, tokens or timestamps.
         return errors.TemporaryError(f"unexpected error ({type(exc).__name__}); see hooksvc logs")
+
+
+def _cleanup(ctx: registry.StepContext, fields: dict[str, Any]) -> None:
+    """The step is about to fail for good: let its type delete what it created (best effort)."""
+    step_type = registry.find(ctx.step_type)
+    if step_type is None or step_type.cleanup is None:
+        return
+    try:
+        step_type.cleanup(ctx)
+    except Exception:
+        # The failure is recorded either way; what is left behind is named in the log.
+        logger.warning(
+            "step cleanup failed", extra={"action": "step_cleanup_failed", **fields}, exc_info=True
+        )
 
 
 def _record(
@@ -569,6 +614,8 @@ def _record(
         return False
     failures = step.failures + 1
     message = outcome.message[:500]
+    if outcome.output is not None:
+        common["output"] = dict(outcome.output)
     if isinstance(outcome, errors.TemporaryError) and failures <= step.retries:
         delay = outcome.delay if outcome.delay is not None else backoff(failures)
         transitions.step_move(

@@ -151,6 +151,13 @@ def _load(source: tuple[Any, ...], configuration: kubernetes.client.Configuratio
         raise KubeconfigUnavailable(f"kubeconfig {where} is not usable") from None
 
 
+def management_configured() -> bool:
+    """True in a Pod, or when the configured kubeconfig file exists."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) or os.path.exists(
+        settings.KUBECONFIG_PATH
+    )
+
+
 def management_api() -> ApiClient:
     """The management cluster: the Pod's ServiceAccount, else settings.KUBECONFIG_PATH."""
     global _management
@@ -195,6 +202,19 @@ def _secret_config(namespace: str, secret: str, data: Mapping[str, Any] | None) 
     except (binascii.Error, yaml.YAMLError, UnicodeDecodeError):
         config = None  # the cause is dropped below: it quotes the Secret's content
     return config
+
+
+def workload_kubeconfig(namespace: str, cluster_name: str) -> bytes:
+    """The raw kubeconfig of CAPI's `<cluster>-kubeconfig` Secret, for CLIs such as helm."""
+    secret = f"{cluster_name}-kubeconfig"
+    try:
+        found = call(core(management_api()).read_namespaced_secret, secret, namespace)
+    except NotFound:
+        raise KubeconfigUnavailable(f"kubeconfig Secret {namespace}/{secret} not found") from None
+    if not isinstance(_secret_config(namespace, secret, found.data), dict):
+        message = f"kubeconfig Secret {namespace}/{secret} is not a usable kubeconfig"
+        raise KubeconfigUnavailable(message)
+    return base64.b64decode((found.data or {})["value"])
 
 
 def workload_api(namespace: str, cluster_name: str) -> ApiClient:

@@ -7,9 +7,18 @@ transitions make the repeat harmless.
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from celery import shared_task
 
-from workflows import engine, hookcalls
+from workflows import engine, errors, events, hookcalls
+
+logger = logging.getLogger(__name__)
+
+#: Attempts of an Event while the API server does not answer, and the wait between them.
+EVENT_RETRIES = 3
+EVENT_RETRY_SECONDS = 10
 
 
 @shared_task(name="workflows.advance")
@@ -30,3 +39,16 @@ def reconcile() -> None:
 @shared_task(name="workflows.prune_hook_calls")
 def prune_hook_calls() -> None:
     hookcalls.prune()
+
+
+@shared_task(name="workflows.cluster_event", bind=True, max_retries=EVENT_RETRIES)
+def cluster_event(self: Any, run_id: int, outcome: str) -> None:
+    """Best effort: a run's Event is retried while the API server is away, then dropped."""
+    try:
+        events.emit(run_id, outcome)
+    except errors.TemporaryError as exc:
+        if self.request.retries < EVENT_RETRIES:
+            raise self.retry(countdown=EVENT_RETRY_SECONDS) from exc
+        logger.warning("cluster event dropped", extra={"action": "event_dropped", "run": run_id})
+    except errors.StepError:
+        logger.warning("cluster event dropped", extra={"action": "event_dropped", "run": run_id})

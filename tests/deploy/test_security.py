@@ -17,7 +17,7 @@ from tests.deploy import manifests
 EXPECTED_CLUSTER_RULES = {
     ("cluster.x-k8s.io", "clusters"): {"get", "list", "watch"},
     ("", "secrets"): {"get", "list", "watch"},
-    ("", "events"): {"create", "patch"},
+    ("", "events"): {"get", "create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }
 RBAC_KINDS = ("ClusterRole", "Role")

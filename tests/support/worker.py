@@ -17,8 +17,8 @@ from tests.support import servers
 TEST_STEP_MODULES = "tests.workflows.steps_for_tests"
 
 
-def worker_env(data_dir: Path) -> dict[str, str]:
-    return {
+def worker_env(data_dir: Path, kubeconfig: Path | None = None) -> dict[str, str]:
+    env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "hooksvc.settings",
         "DATABASE_URL": servers.test_database_url(),
@@ -30,6 +30,10 @@ def worker_env(data_dir: Path) -> dict[str, str]:
         "HOOKSVC_RECONCILE_SECONDS": "1",
         "HOOKSVC_RECONCILE_GRACE_SECONDS": "2",
     }
+    if kubeconfig is not None:
+        # The management cluster (and, through its Secrets, the workload clusters).
+        env["HOOKSVC_KUBECONFIG"] = str(kubeconfig)
+    return env
 
 
 class Worker:
@@ -38,10 +42,17 @@ class Worker:
     #: Every worker made in this session, so that a test can make sure none is running.
     made: list[Worker] = []
 
-    def __init__(self, data_dir: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        kubeconfig: Path | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
         self.env = env or {}
+        self.kubeconfig = kubeconfig
         self.process: subprocess.Popen[bytes] | None = None
         #: Set while a test stops or kills the worker on purpose (supervisors leave it alone).
         self.stopping = False
@@ -71,7 +82,7 @@ class Worker:
                 "--without-mingle",
             ],
             cwd=servers.ROOT,
-            env={**worker_env(self.data_dir), **self.env},
+            env={**worker_env(self.data_dir, self.kubeconfig), **self.env},
             stdout=log,
             stderr=subprocess.STDOUT,
             # Its own process group: a SIGKILL takes the pool processes down with it,

@@ -2,6 +2,26 @@
 
 from __future__ import annotations
 
-from workflows.steps import approval, http, noop, wait
+from workflows.steps import (
+    addon_install,
+    addon_remove,
+    approval,
+    backup_pvs,
+    conformance,
+    http,
+    k8s_job,
+    noop,
+    wait,
+)
 
-__all__ = ["approval", "http", "noop", "wait"]
+__all__ = [
+    "addon_install",
+    "addon_remove",
+    "approval",
+    "backup_pvs",
+    "conformance",
+    "http",
+    "k8s_job",
+    "noop",
+    "wait",
+]

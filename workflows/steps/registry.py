@@ -165,6 +165,11 @@ class StepType:
     #: Further checks across parameters, given the hook (e.g. csi backups before deletion).
     check: Callable[[dict[str, Any], str], None] | None = None
     description: str = ""
+    #: Deletes what the step created; the engine calls it when it fails the step itself
+    #: (timed out, out of retries), since the step function is then not called again.
+    cleanup: Callable[[StepContext], None] | None = None
+    #: The step's timeout when the template gives none.
+    default_timeout_seconds: int | None = None
 
 
 _REGISTRY: dict[str, StepType] = {}
@@ -175,6 +180,8 @@ def step_type(
     *,
     params: Mapping[str, Param] | None = None,
     check: Callable[[dict[str, Any], str], None] | None = None,
+    cleanup: Callable[[StepContext], None] | None = None,
+    default_timeout_seconds: int | None = None,
 ) -> Callable[[StepFunction], StepFunction]:
     """Register a step type under `name`; registering a name twice is an error."""
 
@@ -187,6 +194,8 @@ def step_type(
             params=params or {},
             check=check,
             description=(func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else "",
+            cleanup=cleanup,
+            default_timeout_seconds=default_timeout_seconds,
         )
         return func
 
@@ -199,6 +208,12 @@ def get(name: str) -> StepType:
         return _REGISTRY[name]
     except KeyError:
         raise errors.PermanentError(f"unknown step type {name!r}") from None
+
+
+def find(name: str) -> StepType | None:
+    """The registered step type `name`, or None."""
+    load_builtins()
+    return _REGISTRY.get(name)
 
 
 def names() -> list[str]:

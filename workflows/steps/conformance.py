@@ -1,0 +1,274 @@
+"""`conformance`: runs Kubernetes conformance tests in the workload cluster, as Hydrophone does.
+
+The step makes its own Namespace, a ServiceAccount there, a ClusterRoleBinding of it to
+`cluster-admin`, and a Pod running `registry.k8s.io/conformance:<version>` (the image's
+runner reads E2E_FOCUS, E2E_SKIP and E2E_PARALLEL). When the Pod ends, the counts and the
+failed tests' names are read from the e2e log summary in the Pod's log; an allowlist of
+known-flaky tests and a pass threshold decide success. Whatever the outcome, the step
+deletes the Namespace and the ClusterRoleBinding before it reports it; when the engine
+fails the step itself (timeout, retries spent), `cleanup` does.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from workflows import errors, k8s
+from workflows.steps import objects, registry
+
+RBAC_API = "rbac.authorization.k8s.io/v1"
+SERVICE_ACCOUNT = "conformance"
+POD = "e2e-conformance"
+#: Lines read from the end of the Pod's log: the summary and the failure list are there.
+LOG_LINES = 3000
+#: The excerpt kept in the step's output.
+EXCERPT_CHARS = 16000
+DEFAULT_TIMEOUT_SECONDS = 7200
+#: Where the runner writes e2e.log and the JUnit file: the Pod's own emptyDir.
+RESULTS_DIR = "/tmp/results"  # noqa: S108 - a path inside the Pod, not on this host
+
+# Ginkgo's summary: "Ran 402 of 7000 Specs ...", then "FAIL! -- 400 Passed | 2 Failed |
+# 0 Pending | 6598 Skipped"; before it "Summarizing 2 Failures:" and one "[FAIL] ..." line each.
+_COUNTS = re.compile(
+    r"(\d+) Passed \| (\d+) Failed \| (?:\d+ Flaked \| )?(\d+) Pending \| (\d+) Skipped"
+)
+_FAILURE = re.compile(r"^\s*\[(?:FAIL|TIMEDOUT|PANICKED|INTERRUPTED)\]\s+(.*\S)\s*$")
+
+
+def _check_threshold(value: float) -> float:
+    if not 0 <= value <= 100:
+        raise registry.ParamError("", "must be a percentage from 0 to 100")
+    return value
+
+
+PARAMS = {
+    "registry": registry.Param(str, default="registry.k8s.io"),
+    #: The whole image reference; overrides registry and version.
+    "image": registry.Param(str),
+    #: The cluster's Kubernetes version; by default the version the hook reports.
+    "version": registry.Param(str),
+    "focus": registry.Param(str, default=r"\[Conformance\]"),
+    "skip": registry.Param(str, default=""),
+    "parallelism": registry.Param(int, default=1, minimum=1),
+    #: Test names (or parts of them) whose failure does not count.
+    "flakyAllowlist": registry.Param(list, default=[], check=objects.check_strings),
+    #: The share of counted tests that must pass, in percent.
+    "passThreshold": registry.Param((int, float), default=100, check=_check_threshold),
+    "pollSeconds": registry.Param((int, float), default=30, minimum=1),
+}
+
+
+def _version(ctx: registry.StepContext) -> str:
+    """The version the cluster runs at this hook: conformance tests must match the server."""
+    context = ctx.run_context
+    # After an upgrade step the cluster runs kubernetesVersion; before one it still runs
+    # fromKubernetesVersion; at other hooks, the topology's version.
+    version = str(
+        ctx.params.get("version")
+        or context.get("kubernetesVersion")
+        or context.get("fromKubernetesVersion")
+        or ctx.cluster.get("topologyVersion")
+        or ""
+    )
+    if not version:
+        raise errors.PermanentError("no Kubernetes version known for the conformance image")
+    return version if version.startswith("v") else f"v{version}"
+
+
+def _names(ctx: registry.StepContext) -> dict[str, str]:
+    name = ctx.object_name()
+    return {"namespace": name, "clusterRoleBinding": name}
+
+
+def _create(ctx: registry.StepContext, api: k8s.ApiClient, image: str) -> None:
+    names = _names(ctx)
+    ns, labels = names["namespace"], objects.labels(ctx)
+    objects.ensure(
+        api,
+        objects.path("v1", "namespaces"),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}},
+        what=f"Namespace {ns}",
+    )
+    objects.ensure(
+        api,
+        objects.path("v1", "serviceaccounts", ns),
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": SERVICE_ACCOUNT, "namespace": ns, "labels": labels},
+        },
+        what=f"ServiceAccount {ns}/{SERVICE_ACCOUNT}",
+    )
+    objects.ensure(
+        api,
+        objects.path(RBAC_API, "clusterrolebindings"),
+        {
+            "apiVersion": RBAC_API,
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": names["clusterRoleBinding"], "labels": labels},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}],
+        },
+        what=f"ClusterRoleBinding {names['clusterRoleBinding']}",
+    )
+    env = {
+        "E2E_FOCUS": ctx.params["focus"],
+        "E2E_SKIP": ctx.params["skip"],
+        "E2E_PARALLEL": str(ctx.params["parallelism"]),
+        "E2E_PROVIDER": "skeleton",
+        "E2E_VERBOSITY": "4",
+        "RESULTS_DIR": RESULTS_DIR,
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": POD, "namespace": ns, "labels": labels},
+        "spec": {
+            "serviceAccountName": SERVICE_ACCOUNT,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "conformance",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "env": [{"name": k, "value": v} for k, v in env.items()],
+                    "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
+                }
+            ],
+            "volumes": [{"name": "results", "emptyDir": {}}],
+        },
+    }
+    objects.ensure(api, objects.path("v1", "pods", ns), pod, what=f"Pod {ns}/{POD}")
+
+
+def _delete(ctx: registry.StepContext, api: k8s.ApiClient) -> None:
+    names = _names(ctx)
+    objects.delete(
+        api,
+        objects.path(RBAC_API, "clusterrolebindings", name=names["clusterRoleBinding"]),
+        what=f"ClusterRoleBinding {names['clusterRoleBinding']}",
+    )
+    # The Namespace takes the ServiceAccount and the Pod with it.
+    objects.delete(
+        api,
+        objects.path("v1", "namespaces", name=names["namespace"]),
+        what=f"Namespace {names['namespace']}",
+    )
+
+
+def cleanup(ctx: registry.StepContext) -> None:
+    """Deletes the Namespace and the ClusterRoleBinding (the engine's timeout path)."""
+    if ctx.memo.get("image"):
+        _delete(ctx, objects.workload(ctx))
+
+
+def parse_results(log: str) -> dict[str, Any]:
+    """Counts and failed test names from the e2e log's summary; {} when it has none."""
+    counts = None
+    for match in _COUNTS.finditer(log):
+        counts = match  # the last summary is the run's
+    if counts is None:
+        return {}
+    failed: list[str] = []
+    in_summary = False
+    for line in log.splitlines():
+        if line.startswith("Summarizing ") and "Failure" in line:
+            in_summary, failed = True, []
+            continue
+        found = _FAILURE.match(line) if in_summary else None
+        if found:
+            # Ginkgo marks the failing node ("[It]"); the test's name is the rest.
+            name = re.sub(r"\s*\[It\]\s*", " ", found.group(1)).strip()
+            if name not in failed:
+                failed.append(name)
+    passed, failures, _, skipped = (int(g) for g in counts.groups())
+    return {"passed": passed, "failed": failures, "skipped": skipped, "failedTests": failed}
+
+
+def _decide(ctx: registry.StepContext, results: dict[str, Any]) -> tuple[bool, str]:
+    allowlist = ctx.params.get("flakyAllowlist") or []
+    flaky = [t for t in results["failedTests"] if any(a in t for a in allowlist)]
+    counted_failures = max(0, results["failed"] - len(flaky))
+    counted = results["passed"] + counted_failures
+    rate = 100.0 if counted == 0 else 100.0 * results["passed"] / counted
+    results["flakyFailures"] = flaky
+    results["passPercent"] = round(rate, 2)
+    threshold = float(ctx.params["passThreshold"])
+    if results["passed"] == 0:
+        return False, "conformance: no test passed"
+    if rate >= threshold:
+        return True, ""
+    names = [t for t in results["failedTests"] if t not in flaky]
+    message = (
+        f"conformance: {counted_failures} of {counted} tests failed "
+        f"({results['passPercent']:g}% passed, {threshold:g}% needed)"
+    )
+    return False, message + (": " + "; ".join(names) if names else "")
+
+
+def _finish(ctx: registry.StepContext, api: k8s.ApiClient, pod: objects.JSON) -> None:
+    """Read the results of the ended Pod into memo["result"]."""
+    ns = _names(ctx)["namespace"]
+    log = k8s.call(
+        k8s.core(api).read_namespaced_pod_log,
+        POD,
+        ns,
+        container="conformance",
+        tail_lines=LOG_LINES,
+        what=f"log of Pod {ns}/{POD}",
+    )
+    results = parse_results(log or "")
+    output: dict[str, Any] = {"image": ctx.memo["image"], "phase": pod["status"]["phase"]}
+    if not results:
+        ctx.memo["result"] = {
+            "ok": False,
+            "message": f"conformance Pod {ns}/{POD} ended {output['phase']} without a summary",
+            "output": {**output, "log": objects.tail(log or "", EXCERPT_CHARS)},
+        }
+        return
+    ok, message = _decide(ctx, results)
+    ctx.memo["result"] = {
+        "ok": ok,
+        "message": message,
+        "output": {**output, **results, "log": objects.tail(log or "", EXCERPT_CHARS)},
+    }
+
+
+@registry.step_type(
+    "conformance",
+    params=PARAMS,
+    cleanup=cleanup,
+    default_timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
+)
+def conformance(ctx: registry.StepContext) -> registry.Outcome:
+    """Runs the Kubernetes conformance tests in the workload cluster."""
+    api = objects.workload(ctx)
+    if "result" not in ctx.memo:
+        if not ctx.memo.get("image"):
+            image = (
+                ctx.params.get("image") or f"{ctx.params['registry']}/conformance:{_version(ctx)}"
+            )
+            _create(ctx, api, image)
+            ctx.memo["image"] = image
+        ns = _names(ctx)["namespace"]
+        pod = objects.get(api, objects.path("v1", "pods", ns, POD), what=f"Pod {ns}/{POD}")
+        if pod is None:
+            ctx.memo["result"] = {"ok": False, "message": f"conformance Pod {ns}/{POD} was deleted"}
+        else:
+            phase = (pod.get("status") or {}).get("phase") or "Pending"
+            if phase not in ("Succeeded", "Failed"):
+                return registry.Poll(
+                    after=ctx.params["pollSeconds"], message=f"conformance Pod is {phase}"
+                )
+            _finish(ctx, api, pod)
+    # The outcome is kept before the cleanup: if deleting fails, the retry only deletes.
+    _delete(ctx, api)
+    result = ctx.memo["result"]
+    if result["ok"]:
+        return registry.Done(result["output"])
+    raise errors.PermanentError(result["message"], output=result.get("output"))
