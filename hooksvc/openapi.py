@@ -15,7 +15,7 @@ from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-from hooksvc import catalog, handlers
+from hooksvc import catalog, handlers, wire
 
 OPENAPI_VERSION = "3.0.3"
 PATH = "/openapi.json"
@@ -23,6 +23,7 @@ PATH = "/openapi.json"
 _STRING = {"type": "string"}
 _NON_EMPTY = {"type": "string", "minLength": 1}
 _STRING_MAP = {"type": "object", "additionalProperties": _STRING}
+_VERSION = {"type": "string", "maxLength": wire.MAX_VERSION}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -50,9 +51,9 @@ def _common_schemas() -> dict[str, Any]:
                     "type": "object",
                     "required": ["name", "namespace"],
                     "properties": {
-                        "name": _NON_EMPTY,
-                        "namespace": _NON_EMPTY,
-                        "uid": _STRING,
+                        "name": {**_NON_EMPTY, "maxLength": wire.MAX_NAME},
+                        "namespace": {**_NON_EMPTY, "maxLength": wire.MAX_NAMESPACE},
+                        "uid": {**_STRING, "maxLength": wire.MAX_UID},
                         "labels": _STRING_MAP,
                         "annotations": _STRING_MAP,
                         "deletionTimestamp": _STRING,
@@ -74,7 +75,7 @@ def _common_schemas() -> dict[str, Any]:
                 },
             },
         },
-        "UpgradeStep": {"type": "object", "properties": {"version": _STRING}},
+        "UpgradeStep": {"type": "object", "properties": {"version": _VERSION}},
         "DiscoveryRequest": {
             "type": "object",
             "required": ["apiVersion", "kind"],
@@ -118,7 +119,7 @@ def _request_schema(hook: catalog.Hook) -> dict[str, Any]:
         "settings": _STRING_MAP,
     }
     for field in hook.version_fields:
-        properties[field] = _NON_EMPTY
+        properties[field] = {**_NON_EMPTY, **_VERSION}
     if hook.has_upgrade_plan:
         plan = {"type": "array", "items": _ref("UpgradeStep")}
         properties.update(controlPlaneUpgrades=plan, workersUpgrades=plan)
