@@ -19,6 +19,7 @@ test: $(STAMP) lint typecheck pytest
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/bandit -r hooksvc workflows -q
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

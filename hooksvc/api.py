@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Any
 
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 from rest_framework import permissions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 STORE_DOWN_RETRY_SECONDS = 10
 MSG_STORE_DOWN = "hooksvc state store is unavailable; holding until it answers"
 MSG_INTERNAL = "hooksvc could not process the request; see the hooksvc logs"
+MSG_UNSTORABLE = "request has values the state store cannot hold"
 
 
 def _read_body(request: Request) -> bytes:
@@ -104,6 +105,15 @@ class LifecycleHookView(_RuntimeHookView):
             return catalog.response(hook, catalog.Status.FAILURE, str(exc)), headers
         try:
             answer = engine.answer(call, handler_name=handler.name)
+        except DataError:
+            # The values, not the store, are at fault (wire.py should have refused them):
+            # holding with "store unavailable" would wait forever for an outage that is not.
+            logger.warning(
+                "hook request has values the state store refused",
+                extra={"action": "hook_unstorable", **_cluster_fields(call)},
+                exc_info=True,
+            )
+            return catalog.response(hook, catalog.Status.FAILURE, MSG_UNSTORABLE), None
         except DatabaseError:
             logger.exception(
                 "state store unavailable during hook call",

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseNotFound
 
-from hooksvc import catalog
+from hooksvc import catalog, openapi
 
 #: Paths every port serves: the probes. Every other path that is not a hook's (the admin,
 #: /metrics) belongs to the admin port: monitoring scrapes where operators browse.
@@ -28,7 +28,8 @@ class PortSplitMiddleware:
         if self.admin_port and not request.path.startswith(_PROBES):
             sock = request.META.get("gunicorn.socket")
             local_port = sock.getsockname()[1] if sock is not None else None
-            is_hook_path = f"/{catalog.GROUP}/" in request.path
+            # The OpenAPI document describes the hook API, so it lives beside the hooks.
+            is_hook_path = f"/{catalog.GROUP}/" in request.path or request.path == openapi.PATH
             on_admin_port = local_port == self.admin_port
             if is_hook_path == on_admin_port:
                 return HttpResponseNotFound()

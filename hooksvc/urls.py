@@ -6,7 +6,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import URLPattern, URLResolver, path
 
-from hooksvc import api, catalog, health, scrape
+from hooksvc import api, catalog, health, openapi, scrape
 
 _prefix = f"{settings.HOOKS_PATH_PREFIX}/" if settings.HOOKS_PATH_PREFIX else ""
 _hooks = f"{_prefix}{catalog.GROUP}/{catalog.VERSION}/"
@@ -14,6 +14,7 @@ _hooks = f"{_prefix}{catalog.GROUP}/{catalog.VERSION}/"
 urlpatterns: list[URLPattern | URLResolver] = [
     path(f"{_hooks}{catalog.DISCOVERY_PATH_SEGMENT}", api.DiscoveryView.as_view()),
     path(f"{_hooks}<str:hook_segment>/<str:handler_name>", api.LifecycleHookView.as_view()),
+    path(openapi.PATH.lstrip("/"), openapi.view),
     path("admin/", admin.site.urls),
     path("healthz", health.healthz),
     path("readyz", health.readyz),

@@ -18,6 +18,13 @@ MAX_BODY_BYTES = 20 << 20
 #: Deeper JSON than this is refused before Python's recursion limit is near.
 MAX_DEPTH = 64
 _CLUSTER_GROUP = "cluster.x-k8s.io"
+#: Kubernetes' own limits on names (DNS-1123 subdomain) and namespaces (label); hooksvc's
+#: columns are sized for them, so a longer value is refused here, not by PostgreSQL.
+MAX_NAME = 253
+MAX_NAMESPACE = 63
+MAX_UID = 253
+#: Kubernetes versions are short ("v1.33.0"); the moment key joins two of them.
+MAX_VERSION = 64
 
 
 class BadRequest(Exception):
@@ -108,7 +115,25 @@ def decode(body: bytes) -> dict[str, Any]:
     return data
 
 
-def _get(obj: dict[str, Any], key: str, kind: type, where: str, *, required: bool = False) -> Any:
+def _check_text(text: str, where: str) -> None:
+    """Refuse what PostgreSQL cannot store: NUL characters and lone surrogates."""
+    if "\x00" in text:
+        raise BadRequest(f"{where} must not contain NUL characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(f"{where} must be valid Unicode") from None
+
+
+def _get(
+    obj: dict[str, Any],
+    key: str,
+    kind: type,
+    where: str,
+    *,
+    required: bool = False,
+    max_length: int | None = None,
+) -> Any:
     value = obj.get(key)
     if value is None:
         if required:
@@ -118,6 +143,10 @@ def _get(obj: dict[str, Any], key: str, kind: type, where: str, *, required: boo
         raise BadRequest(f"{where}{key} must be {_KIND_NAMES[kind]}")
     if required and not value:
         raise BadRequest(f"{where}{key} must not be empty")
+    if isinstance(value, str):
+        _check_text(value, f"{where}{key}")
+        if max_length is not None and len(value) > max_length:
+            raise BadRequest(f"{where}{key} must be at most {max_length} characters")
     return value
 
 
@@ -127,8 +156,12 @@ _KIND_NAMES: dict[type, str] = {str: "a string", dict: "an object", list: "an ar
 def _string_map(obj: dict[str, Any], key: str, where: str) -> dict[str, str]:
     value: dict[str, Any] = _get(obj, key, dict, where)
     for k, v in value.items():
+        _check_text(k, f"a key of {where}{key}")
+        # The key is echoed in the message: cut it, CAPI copies messages into conditions.
+        field = f"{where}{key}.{k[:64]}{'...' if len(k) > 64 else ''}"
         if not isinstance(v, str):
-            raise BadRequest(f"{where}{key}.{k} must be a string")
+            raise BadRequest(f"{field} must be a string")
+        _check_text(v, field)
     return value
 
 
@@ -160,9 +193,11 @@ def parse_cluster(value: object) -> Cluster:
     class_ref = _get(topology, "classRef", dict, "cluster.spec.topology.")
     where = "cluster.spec.topology."
     return Cluster(
-        name=_get(meta, "name", str, "cluster.metadata.", required=True),
-        namespace=_get(meta, "namespace", str, "cluster.metadata.", required=True),
-        uid=_get(meta, "uid", str, "cluster.metadata."),
+        name=_get(meta, "name", str, "cluster.metadata.", required=True, max_length=MAX_NAME),
+        namespace=_get(
+            meta, "namespace", str, "cluster.metadata.", required=True, max_length=MAX_NAMESPACE
+        ),
+        uid=_get(meta, "uid", str, "cluster.metadata.", max_length=MAX_UID),
         labels=_string_map(meta, "labels", "cluster.metadata."),
         annotations=_string_map(meta, "annotations", "cluster.metadata."),
         deletion_timestamp=_get(meta, "deletionTimestamp", str, "cluster.metadata."),
@@ -180,7 +215,7 @@ def _upgrade_plan(data: dict[str, Any], key: str) -> tuple[str, ...]:
     for i, step in enumerate(steps):
         if not isinstance(step, dict):
             raise BadRequest(f"{key}[{i}] must be an object")
-        versions.append(_get(step, "version", str, f"{key}[{i}]."))
+        versions.append(_get(step, "version", str, f"{key}[{i}].", max_length=MAX_VERSION))
     return tuple(versions)
 
 
@@ -188,7 +223,10 @@ def parse_hook_call(hook: catalog.Hook, body: bytes) -> HookCall:
     """Parse `body` as `hook`'s request; raise BadRequest naming the first problem."""
     data = decode(body)
     check_type_meta(data, hook.request_kind)
-    versions = {f: _get(data, f, str, "", required=True) for f in hook.version_fields}
+    versions = {
+        f: _get(data, f, str, "", required=True, max_length=MAX_VERSION)
+        for f in hook.version_fields
+    }
     return HookCall(
         hook=hook,
         settings=_string_map(data, "settings", ""),

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import hypothesis
 import pytest
 import redis
 from django.conf import settings
@@ -133,3 +134,16 @@ def output_dir(request: pytest.FixtureRequest) -> Path:
     path: Path = servers.ROOT / "test-output" / request.node.name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+# Property-based tests: deterministic in CI (derandomize), no per-example deadline on a
+# shared 2-core machine, and no example database written into the work tree.
+hypothesis.settings.register_profile(
+    "hooksvc",
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=False,
+)
+hypothesis.settings.load_profile("hooksvc")

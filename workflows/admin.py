@@ -7,6 +7,7 @@ as their YAML document and validated by `workflows.spec`, as `apply_workflows` d
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
@@ -20,7 +21,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from workflows import actions, spec
+from workflows import actions, redaction, spec
 from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
 
 STATE_COLOURS = {
@@ -102,6 +103,10 @@ class EventInline(ReadOnlyMixin, admin.TabularInline):  # type: ignore[type-arg]
     verbose_name_plural = "History (transitions and operator actions, newest first)"
 
 
+def _json_block(value: Any) -> str:
+    return format_html("<pre>{}</pre>", json.dumps(redaction.redact(value), indent=2))
+
+
 def badge(state: str, label: str | None = None) -> str:
     colour = STATE_COLOURS.get(state, "#6c757d")
     return format_html(
@@ -158,8 +163,8 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
         "deadline_at",
         "deadline_exceeded",
         "released",
-        "spec",
-        "context",
+        "spec_shown",
+        "context_shown",
     )
     readonly_fields = fields
     change_form_template = "admin/workflows/run/change_form.html"
@@ -189,6 +194,16 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="cluster", ordering="cluster_name")
     def cluster(self, run: Run) -> str:
         return f"{run.cluster_namespace}/{run.cluster_name}"
+
+    # The snapshot and context may hold an http step's headers or a token-like setting:
+    # staff see their shape, never the credential (workflows/redaction.py).
+    @admin.display(description="spec")
+    def spec_shown(self, run: Run) -> str:
+        return _json_block(run.spec)
+
+    @admin.display(description="context")
+    def context_shown(self, run: Run) -> str:
+        return _json_block(run.context)
 
     @admin.display(description="moment", ordering="moment")
     def moment_display(self, run: Run) -> str:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import pytest
 
 from hooksvc import catalog, wire
 from tests.support import capi
@@ -79,3 +82,78 @@ def test_response_of_the_non_blocking_hook_has_no_retry_field() -> None:
         )["retryAfterSeconds"]
         == 2**31 - 1
     )
+
+
+def _metadata(**fields: object) -> Any:
+    return lambda r: r["cluster"]["metadata"].update(fields)
+
+
+# Values of the right type that PostgreSQL cannot store, or that overflow hooksvc's columns:
+# each used to reach the database and be answered "state store unavailable" (hold forever)
+# or an internal error.
+UNSTORABLE = [
+    ("nul-in-name", _metadata(name="a\x00b"), "cluster.metadata.name must not contain NUL"),
+    ("surrogate-in-name", _metadata(name="a\ud800"), "cluster.metadata.name must be valid Unicode"),
+    (
+        "name-too-long",
+        _metadata(name="n" * 254),
+        "cluster.metadata.name must be at most 253 characters",
+    ),
+    (
+        "namespace-too-long",
+        _metadata(namespace="n" * 64),
+        "cluster.metadata.namespace must be at most 63 characters",
+    ),
+    ("uid-too-long", _metadata(uid="u" * 254), "cluster.metadata.uid must be at most 253"),
+    (
+        "nul-in-label-value",
+        _metadata(labels={"env": "\x00"}),
+        "cluster.metadata.labels.env must not contain NUL",
+    ),
+    (
+        "surrogate-in-annotation-key",
+        _metadata(annotations={"\udc00": "x"}),
+        "a key of cluster.metadata.annotations must be valid Unicode",
+    ),
+    (
+        "version-too-long",
+        lambda r: r.update(toKubernetesVersion="v" * 65),
+        "toKubernetesVersion must be at most 64 characters",
+    ),
+    (
+        "nul-in-settings",
+        lambda r: r.update(settings={"profile": "\x00"}),
+        "settings.profile must not contain NUL",
+    ),
+    (
+        "nul-in-plan",
+        lambda r: r.update(workersUpgrades=[{"version": "v1\x00"}]),
+        "workersUpgrades[0].version must not contain NUL",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "mutate", "message"), UNSTORABLE, ids=[c[0] for c in UNSTORABLE])
+def test_values_the_state_store_cannot_hold_are_refused(
+    case: str, mutate: Any, message: str
+) -> None:
+    request = capi.hook_request("BeforeClusterUpgrade")
+    mutate(request)
+    with pytest.raises(wire.BadRequest) as raised:
+        _parse("BeforeClusterUpgrade", request)
+    assert str(raised.value).startswith(message)
+
+
+def test_a_huge_label_key_is_cut_in_the_message() -> None:
+    request = capi.hook_request("BeforeClusterCreate")
+    request["cluster"]["metadata"]["labels"] = {"k" * 100_000: 1}
+    with pytest.raises(wire.BadRequest) as raised:
+        _parse("BeforeClusterCreate", request)
+    assert str(raised.value) == f"cluster.metadata.labels.{'k' * 64}... must be a string"
+
+
+def test_kubernetes_sized_values_are_accepted() -> None:
+    request = capi.hook_request("BeforeClusterUpgrade", toKubernetesVersion="v" * 64)
+    request["cluster"]["metadata"].update(name="n" * 253, namespace="s" * 63, uid="u" * 253)
+    call = _parse("BeforeClusterUpgrade", request)
+    assert (len(call.cluster.name), len(call.cluster.namespace)) == (253, 63)

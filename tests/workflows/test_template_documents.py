@@ -93,7 +93,12 @@ def test_given_values_are_kept_and_step_parameter_defaults_filled_in() -> None:
         {
             "name": "notify",
             "type": "http",
-            "with": {"url": "https://hooks.example.com/x", "headers": {}, "timeoutSeconds": 10},
+            "with": {
+                "url": "https://hooks.example.com/x",
+                "headers": {},
+                "headersFromEnv": {},
+                "timeoutSeconds": 10,
+            },
             "timeoutSeconds": 60,
             "retries": 0,
             "dependsOn": [],

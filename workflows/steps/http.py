@@ -2,11 +2,17 @@
 
 The request carries an `Idempotency-Key` header derived from the run and step, so that
 a receiver can recognise a repeat of the same call (the step may run twice after a crash).
+
+Credentials belong in `headersFromEnv` (header name -> environment variable of the worker,
+e.g. from a Kubernetes Secret): the value is read when the request is made, so it is in
+no template, run snapshot, admin page, log or output. Values given inline in `headers`
+are kept in the run's snapshot; the admin shows them redacted.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,11 +36,30 @@ def _check_headers(headers: dict[str, Any]) -> dict[str, Any]:
     return headers
 
 
+def _check_env_names(names: dict[str, Any]) -> dict[str, Any]:
+    for key, value in names.items():
+        if not isinstance(value, str) or not value:
+            raise registry.ParamError(key, "must be the name of an environment variable")
+    return names
+
+
+def _env_headers(names: dict[str, str]) -> dict[str, str]:
+    headers = {}
+    for header, variable in names.items():
+        value = os.environ.get(variable)
+        if value is None:
+            # Names the variable, never a value: this message is shown and may reach CAPI.
+            raise errors.PermanentError(f"environment variable {variable} is not set")
+        headers[header] = value
+    return headers
+
+
 @registry.step_type(
     "http",
     params={
         "url": registry.Param(str, required=True, check=_check_url),
         "headers": registry.Param(dict, default={}, check=_check_headers),
+        "headersFromEnv": registry.Param(dict, default={}, check=_check_env_names),
         "timeoutSeconds": registry.Param((int, float), default=10, minimum=1),
     },
 )
@@ -52,11 +77,15 @@ def http(ctx: registry.StepContext) -> registry.Outcome:
             "Content-Type": "application/json",
             "Idempotency-Key": ctx.object_name(),
             **ctx.params.get("headers", {}),
+            **_env_headers(ctx.params.get("headersFromEnv", {})),
         },
     )
-    host = urllib.parse.urlsplit(url).netloc
+    # hostname[:port], not netloc: a URL's user:password@ must not reach a message.
+    parts = urllib.parse.urlsplit(url)
+    host = f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
     try:
-        with urllib.request.urlopen(request, timeout=ctx.params["timeoutSeconds"]) as response:  # noqa: S310
+        # bandit B310: _check_url allows only http and https when the template is validated.
+        with urllib.request.urlopen(request, timeout=ctx.params["timeoutSeconds"]) as response:  # noqa: S310  # nosec B310
             status = response.status
     except urllib.error.HTTPError as exc:
         raise errors.TemporaryError(f"{host} answered HTTP {exc.code}") from exc
