@@ -21,7 +21,8 @@ bind = [os.environ.get("HOOKSVC_BIND", "0.0.0.0:9443")]
 if os.environ.get("HOOKSVC_ADMIN_PORT"):
     # The admin listener: same TLS, its own port (see hooksvc/middleware.py).
     bind.append(f"{bind[0].rsplit(':', 1)[0]}:{os.environ['HOOKSVC_ADMIN_PORT']}")
-worker_class = "gthread"
+# gthread with a deadline per request (hooksvc/gunicorn_worker.py): slow clients are cut off.
+worker_class = "hooksvc.gunicorn_worker.BoundedThreadWorker"
 workers = int(os.environ.get("HOOKSVC_WEB_WORKERS", "2"))
 threads = int(os.environ.get("HOOKSVC_WEB_THREADS", "8"))
 # Go's HTTP client drops idle connections after 90 s; keep ours open nearly as long.

@@ -47,6 +47,7 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
     "HOOKSVC_KUBECONFIG": "management cluster's kubeconfig outside a Pod (default: the first"
     " file in $KUBECONFIG, then ~/.kube/config); in a Pod its ServiceAccount is used",
+    "HOOKSVC_REQUEST_DEADLINE_SECONDS": "a request is cut off after this long, default 30",
     "HOOKSVC_WORKER_METRICS_PORT": "a Celery worker serves its own /metrics on this port",
     "HOOKSVC_METRICS_TOKEN": "if set, /metrics requires `Authorization: Bearer <token>`",
     "PROMETHEUS_MULTIPROC_DIR": "directory where every process writes its metric samples; "

@@ -8,7 +8,10 @@ buffered and the answer is a Failure. CAPI's runtime client always sends Content
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +55,45 @@ def test_a_chunked_body_over_20_mib_is_answered_without_being_buffered(
     assert body["message"].startswith("request body is not valid JSON"), body
     assert HookCall.objects.count() == 0
     assert "Traceback" not in hook_server.log()
+
+
+def _closed_by_server(sock: socket.socket, wait: float = 15) -> float:
+    """Seconds until the server closed the connection; fails if it never does within `wait`."""
+    sock.settimeout(wait)
+    started = time.monotonic()
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        pytest.fail(f"the server kept a stalled connection open for {wait} s")
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("stall", ["handshake", "body"])
+def test_a_client_that_stalls_is_cut_off(
+    tls_files: servers.TLSFiles, tmp_path: Path, stall: str
+) -> None:
+    env = {"HOOKSVC_REQUEST_DEADLINE_SECONDS": "2"}
+    with servers.hook_server(tls_files.server_dir, tmp_path / "log", extra_env=env) as server:
+        raw = socket.create_connection((server.host, server.port), timeout=15)
+        with raw:
+            if stall == "handshake":
+                raw.sendall(b"\x16\x03\x01\x02\x00")  # the start of a ClientHello, then nothing
+                _closed_by_server(raw)
+            else:
+                with server.client_context().wrap_socket(raw, server_hostname="localhost") as tls:
+                    tls.sendall(
+                        b"POST " + capi.hook_path("BeforeClusterCreate").encode() + b" HTTP/1.1\r\n"
+                        b"Host: localhost\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 1000\r\n\r\n{"
+                    )
+                    _closed_by_server(tls)
+        # The server still answers everyone else.
+        assert (
+            server.post(
+                capi.DISCOVERY_PATH, {"apiVersion": capi.API_VERSION, "kind": "DiscoveryRequest"}
+            )[0]
+            == 200
+        )
