@@ -96,3 +96,58 @@ def test_a_backup_run_holds_the_hook_until_snapshots_are_ready_and_tells_the_clu
         "workflow backup-before-upgrade started for BeforeClusterUpgrade v1.33.0",
         "workflow backup-before-upgrade succeeded for BeforeClusterUpgrade v1.33.0",
     ]
+
+
+def test_an_api_server_that_fails_and_goes_down_delays_the_run_but_nothing_happens_twice(
+    hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
+) -> None:
+    """Fault: the Kubernetes API answers 500s and 429s, then is down for a while."""
+    for ns in (NS, "shop"):
+        kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    put_kubeconfig_secret(kube)
+    kube.put_object(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "db", "namespace": "shop"},
+        }
+    )
+    wf.template(
+        "backup-before-upgrade",
+        retryAfterSeconds=1,
+        steps=[
+            {
+                "name": "snapshot",
+                "type": "backup_pvs",
+                "with": {"namespaces": ["shop"], "pollSeconds": 1},
+                "retries": 30,
+            }
+        ],
+    )
+    kube.fail_next("POST", r"volumesnapshots", 500, times=2)
+    kube.fail_next("GET", r"persistentvolumeclaims", 429, times=2)
+    answers = [call_hook(hook_server)]
+    wait_for("the snapshot", lambda: kube.list_objects(*SNAP, "shop"), timeout=90)
+    kube.stop()
+    down_at = time.monotonic()
+    for _ in range(5):
+        answers.append(call_hook(hook_server))
+        time.sleep(0.5)
+    kube.start()
+    run = Run.objects.get()
+    name = f"hooksvc-{run.pk}-snapshot-db"
+    kube.set_status(*SNAP, "shop", name, {"readyToUse": True})
+    deadline = time.monotonic() + 90
+    while answers[-1]["retryAfterSeconds"] != 0:
+        assert time.monotonic() < deadline, answers[-1]
+        time.sleep(0.3)
+        answers.append(call_hook(hook_server))
+    print(f"recovered from a Kubernetes API outage in {time.monotonic() - down_at:.1f} s")
+    run.refresh_from_db()
+    assert run.state == "succeeded"
+    assert all(a["status"] == "Success" for a in answers)
+    assert all(a["retryAfterSeconds"] == 1 for a in answers[:-1]), "held until the run finished"
+    assert [s["metadata"]["name"] for s in kube.list_objects(*SNAP, "shop")] == [name], (
+        "one snapshot"
+    )
+    assert run.steps.get().failures >= 2, "the 500s and 429s were retried"
