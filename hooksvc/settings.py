@@ -20,6 +20,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # Kept out of the table below: bandit (B105) takes a string under a key named like a
 # secret for a hard-coded password. This is the variable's description.
 _SECRET_KEY_HELP = "Django's secret key; required in production"  # noqa: S105  # nosec B105
+_METRICS_TOKEN_HELP = "if set, /metrics wants `Authorization: Bearer <token>`"  # noqa: S105  # nosec B105
+_ADMIN_PASSWORD_HELP = "`make run` gives it to HOOKSVC_ADMIN_USERNAME"  # noqa: S105  # nosec B105
 
 #: Every environment variable the code reads, with what it means. Deployment tests
 #: compare docker-compose.yml and k8s/ against this table.
@@ -49,11 +51,11 @@ ENVIRONMENT: dict[str, str] = {
     " file in $KUBECONFIG, then ~/.kube/config); in a Pod its ServiceAccount is used",
     "HOOKSVC_REQUEST_DEADLINE_SECONDS": "a request is cut off after this long, default 30",
     "HOOKSVC_WORKER_METRICS_PORT": "a Celery worker serves its own /metrics on this port",
-    "HOOKSVC_METRICS_TOKEN": "if set, /metrics requires `Authorization: Bearer <token>`",
+    "HOOKSVC_METRICS_TOKEN": _METRICS_TOKEN_HELP,
     "PROMETHEUS_MULTIPROC_DIR": "directory where every process writes its metric samples; "
     "default HOOKSVC_DATA_DIR/prometheus (web and worker share it to be counted together)",
     "HOOKSVC_ADMIN_USERNAME": "`make run` creates this superuser when it does not exist yet",
-    "HOOKSVC_ADMIN_PASSWORD": "the password `make run` gives HOOKSVC_ADMIN_USERNAME (not printed)",
+    "HOOKSVC_ADMIN_PASSWORD": _ADMIN_PASSWORD_HELP,
 }
 
 HOOKSVC_ENV = os.environ.get("HOOKSVC_ENV", "development")

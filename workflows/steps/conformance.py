@@ -26,7 +26,8 @@ LOG_LINES = 3000
 EXCERPT_CHARS = 16000
 DEFAULT_TIMEOUT_SECONDS = 7200
 #: Where the runner writes e2e.log and the JUnit file: the Pod's own emptyDir.
-RESULTS_DIR = "/tmp/results"  # noqa: S108 - a path inside the Pod, not on this host
+# A path inside the Pod, not on this host.
+RESULTS_DIR = "/tmp/results"  # noqa: S108  # nosec B108
 
 # Ginkgo's summary: "Ran 402 of 7000 Specs ...", then "FAIL! -- 400 Passed | 2 Failed |
 # 0 Pending | 6598 Skipped"; before it "Summarizing 2 Failures:" and one "[FAIL] ..." line each.

@@ -15,7 +15,9 @@ import contextlib
 import logging
 import os
 import shutil
-import subprocess
+
+# Runs the helm binary, never a shell.
+import subprocess  # nosec B404
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -54,7 +56,8 @@ def _run(ctx: registry.StepContext, args: list[str], what: str, stdin: str = "")
     helm = binary()
     with _kubeconfig(ctx) as kubeconfig:
         try:
-            done = subprocess.run(  # noqa: S603 - fixed binary, arguments from a validated spec
+            # Fixed binary, no shell, arguments from a validated spec.
+            done = subprocess.run(  # noqa: S603  # nosec B603
                 [helm, *args, "--kubeconfig", kubeconfig],
                 input=stdin,
                 capture_output=True,
