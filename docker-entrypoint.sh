@@ -3,6 +3,7 @@
 #   web                  gunicorn, HTTPS on $HOOKSVC_BIND (default 0.0.0.0:9443)
 #   worker               Celery worker (warm shutdown on SIGTERM: finishes its current tasks)
 #   beat                 Celery beat; its schedule file lives in the writable /tmp
+#   watch-clusters       the Cluster watcher (add-on removal for Clusters without a topology)
 #   migrate              apply database migrations, then exit
 #   wait-for-migrations  block until no migration is pending (an init container's job)
 #   anything else        run as given, e.g. `python manage.py createsuperuser`
@@ -21,6 +22,9 @@ worker)
     ;;
 beat)
     exec celery -A hooksvc beat -l INFO -s /tmp/celerybeat-schedule "$@"
+    ;;
+watch-clusters)
+    exec python manage.py watch_clusters "$@"
     ;;
 migrate)
     exec python manage.py migrate --noinput "$@"

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -21,8 +22,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from workflows import actions, redaction, spec
-from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
+from workflows import actions, addons, redaction, spec
+from workflows.models import AddonProfile, HookCall, Run, RunEvent, StepRun, WorkflowTemplate
 
 STATE_COLOURS = {
     "pending": "#6c757d",
@@ -447,11 +448,145 @@ class TemplateDocumentForm(forms.ModelForm):  # type: ignore[type-arg]
 @admin.register(WorkflowTemplate)
 class WorkflowTemplateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = TemplateDocumentForm
-    list_display = ("name", "hook", "generation", "updated_at")
-    list_filter = ("hook",)
+    list_display = ("name", "hook", "generation", "managed_by", "updated_at")
+    list_filter = ("hook", "managed_by")
     search_fields = ("name",)
     fields = ("document", "generation", "created_at", "updated_at")
     readonly_fields = ("generation", "created_at", "updated_at")
+
+    # Generated templates change with their AddonProfile only: an edit here would be lost.
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.managed_by:
+            return False
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.managed_by:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowTemplate]) -> None:
+        super().delete_queryset(request, queryset.filter(managed_by=""))
+
+
+def profile_document(profile: AddonProfile) -> str:
+    """The profile as the YAML document `apply_workflows` reads, every default spelled out."""
+    document = {
+        "apiVersion": spec.API_VERSION,
+        "kind": "AddonProfile",
+        "metadata": {"name": profile.name},
+        "spec": profile.spec,
+    }
+    text: str = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+    return text
+
+
+_NEW_PROFILE = f"""apiVersion: {spec.API_VERSION}
+kind: AddonProfile
+metadata:
+  name: my-addons
+spec:
+  clusterDeletionBehavior: RemovePolicies
+  addons:
+    manifests: []
+"""
+
+
+class ProfileDocumentForm(forms.ModelForm):  # type: ignore[type-arg]
+    """Edits a profile as its YAML document, validated as `apply_workflows` does."""
+
+    document = forms.CharField(
+        widget=forms.Textarea(
+            attrs={"rows": 32, "cols": 100, "spellcheck": "false", "class": "vLargeTextField"}
+        ),
+        help_text="One AddonProfile document, as `manage.py apply_workflows` reads it. "
+        "Saving regenerates its addon-install- and addon-remove- templates.",
+    )
+
+    class Meta:
+        model = AddonProfile
+        fields = ("document",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parsed: spec.Document | None = None
+        self.fields["document"].initial = (
+            profile_document(self.instance) if self.instance.pk else _NEW_PROFILE
+        )
+
+    def clean_document(self) -> str:
+        text: str = self.cleaned_data["document"]
+        try:
+            documents = spec.parse(text)
+        except spec.SpecError as exc:
+            raise forms.ValidationError(exc.messages) from None
+        if len(documents) != 1 or documents[0].kind != "AddonProfile":
+            raise forms.ValidationError("one AddonProfile document is edited here")
+        doc = documents[0]
+        if self.instance.pk and doc.name != self.instance.name:
+            raise forms.ValidationError(
+                f"metadata.name: cannot change from {self.instance.name!r} here; "
+                "add a new profile instead"
+            )
+        others = AddonProfile.objects.exclude(pk=self.instance.pk)
+        if not self.instance.pk and others.filter(name=doc.name).exists():
+            raise forms.ValidationError(
+                f"metadata.name: an AddonProfile named {doc.name!r} exists already"
+            )
+        graph = {p.name: list(p.spec["dependsOn"]) for p in others}
+        problems = spec.profile_problems({**graph, doc.name: doc.spec["dependsOn"]})
+        problems += [
+            f"metadata.name: the WorkflowTemplate {name!r} exists and is not generated"
+            for name in addons.clashes([doc.name])
+        ]
+        if problems:
+            raise forms.ValidationError(problems)
+        self.parsed = doc
+        return text
+
+    def save(self, commit: bool = True) -> AddonProfile:
+        doc = self.parsed
+        if doc is None:
+            raise ValueError("save() needs a successful is_valid() first")
+        profile: AddonProfile = self.instance
+        if profile.pk and profile.spec != doc.spec:
+            profile.generation += 1
+        profile.name, profile.spec = doc.name, doc.spec
+        saved: AddonProfile = super().save(commit)
+        return saved
+
+
+@admin.register(AddonProfile)
+class AddonProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = ProfileDocumentForm
+    list_display = ("name", "behaviour", "depends_on", "generation", "updated_at")
+    search_fields = ("name",)
+    fields = ("document", "generation", "created_at", "updated_at")
+    readonly_fields = ("generation", "created_at", "updated_at")
+
+    @admin.display(description="clusterDeletionBehavior")
+    def behaviour(self, profile: AddonProfile) -> str:
+        return str(profile.spec.get("clusterDeletionBehavior", ""))
+
+    @admin.display(description="dependsOn")
+    def depends_on(self, profile: AddonProfile) -> str:
+        return ", ".join(profile.spec.get("dependsOn") or []) or "-"
+
+    # The profile and its generated templates change in one transaction.
+    def save_model(self, request: HttpRequest, obj: AddonProfile, form: Any, change: bool) -> None:
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            addons.templates_sync()
+
+    def delete_model(self, request: HttpRequest, obj: AddonProfile) -> None:
+        with transaction.atomic():
+            super().delete_model(request, obj)
+            addons.templates_sync()
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[AddonProfile]) -> None:
+        with transaction.atomic():
+            super().delete_queryset(request, queryset)
+            addons.templates_sync()
 
 
 @admin.register(HookCall)

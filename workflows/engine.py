@@ -26,7 +26,7 @@ from django.db.models import FilteredRelation, Q
 from django.utils import timezone
 
 from hooksvc import catalog, metrics, wire
-from workflows import errors, selection, transitions
+from workflows import errors, selection, spec, transitions
 from workflows.models import Run, StepRun, WorkflowTemplate
 from workflows.steps import registry
 
@@ -73,12 +73,40 @@ def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
     templates, found = _templates_and_runs(call)
     if not templates:
         return PROCEED
+    cycle = wait_cycle(templates)
+    if cycle:
+        # The runs would wait for each other for ever: start none and say why.
+        logger.warning(
+            "templates wait for each other in a cycle",
+            extra={"action": "wait_cycle", "cycle": cycle, "hook": call.hook.name},
+        )
+        if not call.hook.blocking:
+            return PROCEED
+        return Answer(catalog.Status.FAILURE, cycle_message(cycle))
     runs = runs_ensure(templates=templates, call=call, found=found)
     run_ids = tuple(r.pk for r in runs)
     if not call.hook.blocking:
         return dataclasses.replace(PROCEED, runs=run_ids)
     now = clock()
     return dataclasses.replace(combine([render(run, now) for run in runs]), runs=run_ids)
+
+
+def wait_cycle(templates: Sequence[WorkflowTemplate]) -> list[str]:
+    """A waitFor cycle among `templates` (names, as a path), [] if none; pure, no query.
+
+    apply_workflows refuses dependsOn cycles of add-on profiles, but rows edited by hand
+    (or applied one at a time) can still wait for each other.
+    """
+    graph = {t.name: list(t.spec.get("waitFor") or []) for t in sorted(templates, key=_name)}
+    return spec.cycle(graph)
+
+
+def _name(template: WorkflowTemplate) -> str:
+    return template.name
+
+
+def cycle_message(cycle: Sequence[str]) -> str:
+    return f"workflows wait for each other in a cycle: {' -> '.join(cycle)}; fix their waitFor"
 
 
 _RUN_ANSWER_FIELDS = (
@@ -210,6 +238,9 @@ def render(run: Run, now: datetime.datetime) -> Answer:
     retry = int(spec.get("retryAfterSeconds", 10))
     name = run.template_name
     if run.released or run.state == Run.State.SUCCEEDED:
+        return PROCEED
+    if spec.get("holdsLifecycle", True) is False:
+        # A background run (add-on removal under RemovePolicies): it never holds CAPI.
         return PROCEED
     past_deadline = run.deadline_exceeded or (
         run.deadline_at is not None and now >= run.deadline_at

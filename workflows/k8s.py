@@ -16,6 +16,7 @@ import binascii
 import contextlib
 import datetime
 import hashlib
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -69,6 +70,12 @@ class Unreachable(K8sError, errors.TemporaryError):
 
 class KubeconfigUnavailable(K8sError, errors.TemporaryError):
     """No usable kubeconfig for the cluster (yet)."""
+
+
+class Gone(K8sError):
+    """The watch's resourceVersion is too old (410 Gone): list again."""
+
+    status = 410
 
 
 def options() -> dict[str, Any]:
@@ -288,6 +295,80 @@ def request(
         response = api.call_api(*serialized, _request_timeout=REQUEST_TIMEOUT)
         response.read()  # type: ignore[no-untyped-call]
         return api.response_deserialize(response, {"2XX": "object"}).data
+
+
+# --- watches ---------------------------------------------------------------------------
+
+
+def watch(
+    api: ApiClient,
+    path: str,
+    *,
+    resource_version: str,
+    timeout_seconds: int,
+    what: str,
+) -> Iterator[dict[str, Any]]:
+    """The events of one watch of the collection `path` from `resource_version`.
+
+    Ends when the server ends the watch (after `timeout_seconds`); raises `Gone` when the
+    resourceVersion was compacted away (the caller lists again) and `Unreachable` when the
+    connection fails (the caller resumes from the last resourceVersion it saw).
+    """
+    query = [
+        ("watch", "true"),
+        ("resourceVersion", resource_version),
+        ("timeoutSeconds", str(timeout_seconds)),
+        ("allowWatchBookmarks", "true"),
+    ]
+    serialized = api.param_serialize(
+        method="GET",
+        resource_path=path,
+        query_params=query,
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    # The read timeout outlasts the server's own end of the watch.
+    timeout = (REQUEST_TIMEOUT[0], timeout_seconds + REQUEST_TIMEOUT[1])
+    with translated(what):
+        response = api.call_api(*serialized, _request_timeout=timeout)
+        raw = response.response
+        try:
+            if response.status >= 300:
+                _raise_watch_error(int(response.status), what)
+            buffer = b""
+            for chunk in raw.stream(65536):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event: dict[str, Any] = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        code = (event.get("object") or {}).get("code")
+                        _raise_watch_error(int(code or 500), what)
+                    yield event
+        finally:
+            raw.release_conn()
+
+
+def _raise_watch_error(status: int, what: str) -> None:
+    error_type = Gone if status == 410 else _error_for(status)
+    error = error_type(f"{what}: API server answered {status}")
+    error.status = status
+    raise error
+
+
+def list_clusters(api: ApiClient) -> tuple[str, dict[str, Any]]:
+    """Every CAPI Cluster, at the newest version served: (collection path, the List)."""
+    for version in CLUSTER_VERSIONS:
+        path = f"/apis/{CLUSTER_GROUP}/{version}/clusters"
+        try:
+            found: dict[str, Any] = request(api, "GET", path, what="Clusters")
+            return path, found
+        except NotFound:
+            if version == CLUSTER_VERSIONS[-1]:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 # --- Clusters and Events ---------------------------------------------------------------

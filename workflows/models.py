@@ -23,6 +23,26 @@ class WorkflowTemplate(models.Model):
     spec = models.JSONField()
     #: Bumped on every change of `spec`; runs record the generation they started from.
     generation = models.PositiveIntegerField(default=1)
+    #: "" for an operator's template; "addonprofile:<name>" for one generated from a profile,
+    #: which only its profile changes (apply_workflows and the admin leave it alone).
+    managed_by = models.CharField(max_length=80, blank=True, default="", db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AddonProfile(models.Model):
+    """An operator's add-on profile (`kind: AddonProfile`); its templates are generated."""
+
+    name = models.CharField(max_length=40, unique=True)
+    #: The validated `spec` of the YAML document (see workflows.spec.addon_profile).
+    spec = models.JSONField()
+    generation = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

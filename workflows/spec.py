@@ -1,9 +1,10 @@
 """Operators' YAML documents, validated into the normalized specs the engine reads.
 
 `parse(text)` loads every document of a file and validates each through the table
-`KINDS` (kind -> validator); only `WorkflowTemplate` exists so far. The result for a
+`KINDS` (kind -> validator): `WorkflowTemplate` and `AddonProfile`. The result for a
 template is the dict stored in `WorkflowTemplate.spec` and snapshotted in `Run.spec`,
-with every default filled in. Unknown fields are errors: an operator's typo must not
+with every default filled in; a profile's is stored in `AddonProfile.spec` and turned
+into templates by `workflows.addons`. Unknown fields are errors: an operator's typo must not
 silently do nothing. `apply_workflows` and the tests are the callers.
 """
 
@@ -133,14 +134,24 @@ def _steps(value: Any, hook: str) -> list[dict[str, Any]]:
     return steps
 
 
+def cycle(graph: dict[str, list[str]]) -> list[str]:
+    """The first cycle of `graph` (node -> the nodes it waits for), as a path; [] if none."""
+    return _cycle(graph)
+
+
 def _cycle(graph: dict[str, list[str]]) -> list[str]:
-    """The first dependsOn cycle found walking the steps in order, as a path; [] if none."""
+    """The first cycle found walking the nodes in order, as a path; [] if none.
+
+    Edges to nodes outside `graph` are ignored (callers report unknown names themselves).
+    """
     done: set[str] = set()
     path: list[str] = []
 
     def visit(node: str) -> list[str]:
         path.append(node)
         for dep in graph[node]:
+            if dep not in graph:
+                continue
             if dep in path:
                 return [*path[path.index(dep) :], dep]
             if dep not in done and (found := visit(dep)):
@@ -165,6 +176,7 @@ _TEMPLATE_FIELDS = (
     "onDeadline",
     "concurrency",
     "waitFor",
+    "holdsLifecycle",
     "steps",
 )
 
@@ -196,13 +208,89 @@ def workflow_template(value: Any, name: str) -> dict[str, Any]:
         ),
         "concurrency": fields.integer(raw.get("concurrency"), "spec.concurrency", minimum=1),
         "waitFor": wait_for,
+        # False: the run goes on in the background and the hook never waits for it.
+        "holdsLifecycle": _boolean(raw.get("holdsLifecycle"), "spec.holdsLifecycle", True),
         "steps": _steps(raw["steps"], hook),
     }
+
+
+def _boolean(value: Any, where: str, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise fields.FieldError(where, "must be true or false")
+    return value
+
+
+#: Profile names become part of template names (`addon-install-<name>`), which must fit 63.
+MAX_PROFILE_NAME = 40
+DELETION_BEHAVIOURS = ("RemovePolicies", "LeavePolicies", "EnforceRemovePolicies")
+_PROFILE_FIELDS = (
+    "clusterSelector",
+    "dependsOn",
+    "clusterDeletionBehavior",
+    "addons",
+    "retryAfterSeconds",
+)
+
+
+def addon_profile(value: Any, name: str) -> dict[str, Any]:
+    """Validate an AddonProfile's `spec`; `addons` is checked as `addon_install` takes `with`."""
+    if len(name) > MAX_PROFILE_NAME:
+        raise fields.FieldError(
+            "metadata.name", f"an AddonProfile name has at most {MAX_PROFILE_NAME} characters"
+        )
+    raw = fields.mapping(value, "spec", _PROFILE_FIELDS, required=("addons",))
+    depends_on = fields.names(raw.get("dependsOn"), "spec.dependsOn")
+    if name in depends_on:
+        raise fields.FieldError("spec.dependsOn", f"a profile cannot depend on itself ({name!r})")
+    if not isinstance(raw["addons"], dict):
+        raise fields.FieldError("spec.addons", "must be an object")
+    try:
+        addons = registry.validate(
+            "addon_install", raw["addons"], hook="AfterControlPlaneInitialized"
+        )
+    except registry.ParamError as exc:
+        text, prefix = str(exc), f"{exc.field}: "
+        message = text[len(prefix) :] if exc.field and text.startswith(prefix) else text
+        raise fields.FieldError(fields.join("spec.addons", exc.field), message) from None
+    return {
+        "clusterSelector": _selector(raw.get("clusterSelector")),
+        "dependsOn": depends_on,
+        "clusterDeletionBehavior": fields.choice(
+            raw.get("clusterDeletionBehavior"), "spec.clusterDeletionBehavior", DELETION_BEHAVIOURS
+        ),
+        "addons": addons,
+        "retryAfterSeconds": fields.integer(
+            raw.get("retryAfterSeconds"), "spec.retryAfterSeconds", minimum=1, default=10
+        ),
+    }
+
+
+def profile_problems(depends_on: dict[str, list[str]]) -> list[str]:
+    """What is wrong with a whole set of profiles: unknown dependencies, a dependsOn cycle.
+
+    `depends_on` maps every profile that will exist to its dependsOn list, so the caller
+    merges the file's profiles with those already stored.
+    """
+    problems = [
+        f"AddonProfile {name!r}: spec.dependsOn: unknown AddonProfile {dep!r}"
+        for name, deps in sorted(depends_on.items())
+        for dep in deps
+        if dep not in depends_on
+    ]
+    if problems:
+        return problems
+    cycle = _cycle({name: depends_on[name] for name in sorted(depends_on)})
+    if cycle:
+        return [f"AddonProfile dependsOn cycle: {' -> '.join(cycle)}"]
+    return []
 
 
 #: Document kinds and the validators of their `spec` (given the document's name).
 KINDS: dict[str, Callable[[Any, str], dict[str, Any]]] = {
     "WorkflowTemplate": workflow_template,
+    "AddonProfile": addon_profile,
 }
 
 

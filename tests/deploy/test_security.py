@@ -91,13 +91,16 @@ def test_hooksvc_containers_write_only_to_an_emptydir_tmp(
                     assert path == TMP or "emptyDir" not in volumes[volume], at
 
 
-def test_only_the_worker_gets_a_service_account_token(
+def test_only_the_worker_and_the_watcher_get_a_service_account_token(
     rendered: dict[str, list[manifests.Obj]],
 ) -> None:
     for name, objects in rendered.items():
         for workload in manifests.workloads(objects):
             spec = manifests.pod_spec(workload)
-            talks_to_kubernetes = workload["metadata"]["name"] == "hooksvc-worker"
+            talks_to_kubernetes = workload["metadata"]["name"] in (
+                "hooksvc-worker",
+                "hooksvc-watcher",
+            )
             at = f"{name}: {manifests.id_of(workload)}"
             assert spec.get("automountServiceAccountToken", True) is talks_to_kubernetes, at
             if manifests.is_hooksvc(workload):

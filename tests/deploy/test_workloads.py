@@ -101,6 +101,18 @@ def test_beat_is_a_single_replica_replaced_by_recreate(
         assert beat["spec"]["strategy"] == {"type": "Recreate"}, name
 
 
+def test_the_cluster_watcher_is_a_single_replica_running_watch_clusters(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        watcher = manifests.find(objects, "Deployment", "hooksvc-watcher")
+        assert watcher["spec"]["replicas"] == 1, name
+        assert watcher["spec"]["strategy"] == {"type": "Recreate"}, name
+        assert _container(watcher, "watcher")["args"] == ["watch-clusters"], name
+    script = (manifests.ROOT / "docker-entrypoint.sh").read_text()
+    assert 'exec python manage.py watch_clusters "$@"' in script
+
+
 def test_the_grace_period_covers_prestop_and_gunicorns_graceful_timeout(
     rendered: dict[str, list[manifests.Obj]],
 ) -> None:

@@ -235,13 +235,14 @@ def test_remove_waits_until_each_object_is_gone(kube: KubeEmulator, context: Con
 
 
 @pytest.mark.django_db
-def test_remove_without_a_succeeded_install_fails_saying_which(context: Context) -> None:
+def test_remove_without_a_succeeded_install_has_nothing_to_remove(
+    kube: KubeEmulator, context: Context
+) -> None:
     params = {"fromTemplate": "addons-on-init", "fromStep": "addons"}
-    with pytest.raises(errors.PermanentError) as exc:
-        run(context("addon_remove", params, step_name="remove"))
-    assert exc.value.message == (
-        "no succeeded run of workflow addons-on-init with step addons for this cluster"
-    )
+    before = len(kube.requests)
+    outcome = run(context("addon_remove", params, step_name="remove"))
+    assert outcome == registry.Done({"removed": [], "result": "nothing installed"})
+    assert len(kube.requests) == before, "nothing installed: the workload is not even read"
 
 
 def test_remove_needs_one_source_of_inventory() -> None:

@@ -30,6 +30,7 @@ def spec(
         "onDeadline": "Block",
         "concurrency": None,
         "waitFor": [],
+        "holdsLifecycle": True,
         **fields,
         "steps": normalized_steps,
     }

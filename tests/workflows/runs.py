@@ -16,6 +16,7 @@ SPEC: dict[str, Any] = {
     "onDeadline": "Block",
     "concurrency": None,
     "waitFor": [],
+    "holdsLifecycle": True,
     "steps": [],
 }
 

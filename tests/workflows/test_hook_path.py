@@ -213,3 +213,14 @@ def test_a_template_made_again_under_the_same_name_finds_the_old_run() -> None:
     answer = _answer(wf.call())
     assert Run.objects.count() == 1
     assert answer.runs == (Run.objects.get().pk,)
+
+
+@pytest.mark.parametrize("state", ["pending", "running", "failed", "cancelled"])
+def test_a_run_that_does_not_hold_the_lifecycle_lets_it_proceed_in_any_state(state: str) -> None:
+    wf.template("cleanup", hook="BeforeClusterDelete", holdsLifecycle=False)
+    _answer(wf.call("BeforeClusterDelete"))
+    run = Run.objects.get()
+    Run.objects.filter(pk=run.pk).update(state=state, message="workflow cleanup failed")
+    run.refresh_from_db()
+    assert engine.render(run, timezone.now()) == engine.PROCEED
+    assert _answer(wf.call("BeforeClusterDelete")).retry_after == 0

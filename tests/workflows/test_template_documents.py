@@ -39,6 +39,7 @@ def test_a_valid_template_is_normalized_with_every_default() -> None:
         "onDeadline": "Block",
         "concurrency": None,
         "waitFor": [],
+        "holdsLifecycle": True,
         "steps": [
             {
                 "name": "snapshot",
@@ -192,7 +193,7 @@ STEPS = documents.template()["spec"]["steps"]
             {"clusterSelecter": {}},
             "spec.clusterSelecter: unknown field (known: hook, clusterSelector, settings, "
             "retryAfterSeconds, onFailure, deadlineSeconds, onDeadline, concurrency, waitFor, "
-            "steps)",
+            "holdsLifecycle, steps)",
         ),
         (
             {"clusterSelector": {"namespace": ["prod"]}},
@@ -240,8 +241,9 @@ def test_a_missing_hook_is_rejected() -> None:
     ("changes", "message"),
     [
         (
-            {"kind": "AddonProfile"},
-            "document 1 (x): kind: unknown kind 'AddonProfile' (known: WorkflowTemplate)",
+            {"kind": "ClusterProfile"},
+            "document 1 (x): kind: unknown kind 'ClusterProfile' "
+            "(known: WorkflowTemplate, AddonProfile)",
         ),
         (
             {"apiVersion": "hooksvc/v1"},

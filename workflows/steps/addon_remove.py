@@ -1,7 +1,9 @@
 """`addon_remove`: deletes exactly what an `addon_install` step applied, and waits until it is gone.
 
 The inventory comes from the latest succeeded run, for the same cluster, of the template
-and step named by `fromTemplate` and `fromStep`, or is given as a list. Objects are deleted
+and step named by `fromTemplate` and `fromStep`, or is given as a list. With no such run
+nothing was installed here, so there is nothing to remove: the step succeeds at once
+(an add-on profile's removal runs for every matching cluster, installed or not). Objects are deleted
 in the reverse order of their creation (workloads before their namespaces, custom
 resources before their definitions); the step is done when each answers 404.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflows import errors, k8s
+from workflows import k8s
 from workflows.models import Run, StepRun
 from workflows.steps import helm, objects, registry
 
@@ -47,7 +49,11 @@ PARAMS = {
 }
 
 
-def _installed(ctx: registry.StepContext) -> list[dict[str, Any]]:
+NOTHING_INSTALLED = "nothing installed"
+
+
+def _installed(ctx: registry.StepContext) -> list[dict[str, Any]] | None:
+    """The install step's inventory for this cluster; None when it never succeeded here."""
     template, step = ctx.params["fromTemplate"], ctx.params["fromStep"]
     cluster = ctx.cluster
     key = cluster.get("uid") or f"{cluster.get('namespace')}/{cluster.get('name')}"
@@ -64,9 +70,7 @@ def _installed(ctx: registry.StepContext) -> list[dict[str, Any]]:
         .first()
     )
     if found is None or "inventory" not in found:
-        raise errors.PermanentError(
-            f"no succeeded run of workflow {template} with step {step} for this cluster"
-        )
+        return None
     inventory: list[dict[str, Any]] = found["inventory"]
     return inventory
 
@@ -82,7 +86,10 @@ def _what(entry: dict[str, Any]) -> str:
 def addon_remove(ctx: registry.StepContext) -> registry.Outcome:
     """Deletes what an addon_install step applied and waits until it is gone."""
     if "inventory" not in ctx.memo:
-        ctx.memo["inventory"] = ctx.params.get("inventory") or _installed(ctx)
+        installed = ctx.params.get("inventory") or _installed(ctx)
+        if installed is None:
+            return registry.Done({"removed": [], "result": NOTHING_INSTALLED})
+        ctx.memo["inventory"] = installed
     inventory: list[dict[str, Any]] = ctx.memo["inventory"]
     api = objects.workload(ctx)
     if not ctx.memo.get("deleted"):

@@ -1,4 +1,4 @@
-"""`manage.py apply_workflows -f FILE [--prune] [--dry-run]`: templates from YAML, kubectl-style.
+"""`manage.py apply_workflows -f FILE [--prune] [--dry-run]`: templates and add-on profiles.
 
 Every document is parsed and validated before anything is written: one bad document
 and nothing changes (exit code 1, the problems on stderr).
@@ -39,17 +39,36 @@ class Command(BaseCommand):
             documents = spec.parse(text)
         except spec.SpecError as exc:
             raise CommandError("\n".join(f"{filename}: {m}" for m in exc.messages)) from None
-        report = services.templates_apply(
-            documents=documents, prune=options["prune"], dry_run=options["dry_run"]
-        )
+        try:
+            report = services.templates_apply(
+                documents=documents, prune=options["prune"], dry_run=options["dry_run"]
+            )
+        except spec.SpecError as exc:
+            raise CommandError("\n".join(f"{filename}: {m}" for m in exc.messages)) from None
         suffix = " (dry run)" if options["dry_run"] else ""
         verbs = {
             **dict.fromkeys(report.created, "created"),
             **dict.fromkeys(report.updated, "configured"),
             **dict.fromkeys(report.unchanged, "unchanged"),
         }
+        profile_verbs = {
+            **dict.fromkeys(report.profiles_created, "created"),
+            **dict.fromkeys(report.profiles_updated, "configured"),
+            **dict.fromkeys(report.profiles_unchanged, "unchanged"),
+        }
         for doc in documents:
-            if doc.name in verbs:
+            if doc.kind == "WorkflowTemplate" and doc.name in verbs:
                 self.stdout.write(f"workflowtemplate/{doc.name} {verbs[doc.name]}{suffix}")
+            elif doc.kind == "AddonProfile" and doc.name in profile_verbs:
+                self.stdout.write(f"addonprofile/{doc.name} {profile_verbs[doc.name]}{suffix}")
         for name in report.pruned:
             self.stdout.write(f"workflowtemplate/{name} pruned{suffix}")
+        for name in report.profiles_pruned:
+            self.stdout.write(f"addonprofile/{name} pruned{suffix}")
+        for names, verb in (
+            (report.generated_created, "generated"),
+            (report.generated_updated, "regenerated"),
+            (report.generated_deleted, "deleted"),
+        ):
+            for name in names:
+                self.stdout.write(f"workflowtemplate/{name} {verb}{suffix}")
