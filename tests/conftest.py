@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -15,8 +15,11 @@ from django.core.management.commands import flush
 
 from hooksvc import multiproc
 from tests.support import servers
-from tests.support.kube import KubeEmulator
 from tests.support.worker import Worker
+
+if TYPE_CHECKING:
+    # Imported for real only as the plugin below, so that pytest rewrites its asserts.
+    from tests.support.kube import KubeEmulator
 
 
 @pytest.fixture(scope="session", autouse=True)
