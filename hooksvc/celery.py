@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import task_postrun, task_prerun, worker_ready
 
 from hooksvc import multiproc
 
@@ -20,6 +20,19 @@ multiproc.configure()
 app = Celery("hooksvc")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _close_old_connections(**kwargs: object) -> None:
+    """Drop a connection that is too old or broke (settings.CELERY_DB_REUSE_MAX keeps it).
+
+    Django does this around every request; without it a worker would keep using a
+    connection that a PostgreSQL restart broke.
+    """
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 @worker_ready.connect
