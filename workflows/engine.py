@@ -470,10 +470,10 @@ def _settle(run: Run, steps: list[StepRun], now: datetime.datetime) -> None:
         message = f"workflow {name} is waiting for approval at step {current.name}"
     else:
         message = f"workflow {name} is running step {current.name}"
-    due = [s.due_at for s in steps if s.state in StepRun.DUE and s.due_at]
-    wake_at = min(due) if due else None
-    if run.deadline_at and not run.deadline_exceeded:
-        wake_at = min(wake_at, run.deadline_at) if wake_at else run.deadline_at
+    # Due steps are the reconciler's to find by their own due_at (a lost countdown), so
+    # a running run needs waking only for its deadline: polls never touch the run's row,
+    # and the reconciler never sends a run and its step the same message.
+    wake_at = run.deadline_at if run.deadline_at and not run.deadline_exceeded else None
     if message != run.message or wake_at != run.wake_at:
         Run.objects.filter(pk=run.pk).update(message=message, wake_at=wake_at)
         run.message, run.wake_at = message, wake_at
@@ -801,7 +801,12 @@ class ReconcileReport:
 
 
 def reconcile(limit: int = 5000) -> ReconcileReport:
-    """Re-enqueue runs and steps whose wake-up is overdue (a lost message, a killed worker)."""
+    """Re-enqueue runs and steps whose wake-up is overdue (a lost message, a killed worker).
+
+    One indexed query per kind. A run is due when it must be scheduled (new, waiting to
+    start, a step just finished, its deadline); a due step (a lost countdown) is sent on
+    its own, unless its run is sent in the same pass.
+    """
     from workflows import tasks
 
     now = clock()
@@ -823,10 +828,13 @@ def reconcile(limit: int = 5000) -> ReconcileReport:
         Run.objects.filter(pk__in=run_ids).update(
             wake_at=now + datetime.timedelta(seconds=RECONCILE_REQUEUE_SECONDS)
         )
+    # A run's `advance` executes its due steps, so the steps of a run sent above are not
+    # sent again (it would only be a second message for the same work).
     step_ids = list(
         StepRun.objects.filter(
             state__in=StepRun.DUE, due_at__lte=late, run__state=Run.State.RUNNING
         )
+        .exclude(run_id__in=run_ids)
         .order_by("due_at")
         .values_list("pk", flat=True)[:limit]
     )

@@ -1,7 +1,8 @@
 """The worker path in-process (no worker): what a step costs, what it records, what is re-sent.
 
 Covers: a `noop` step is one transaction of a few queries; routine step progress writes no
-RunEvent while run transitions do; a repeated poll updates only its step's row.
+RunEvent while run transitions do; a repeated poll updates only its step's row; the
+reconciler sends an overdue run or its overdue steps, never both.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from django.utils import timezone
 
 from tests.support import capi
 from tests.support import workflows as wf
-from workflows import engine, tasks
+from tests.workflows import runs
+from workflows import actions, engine, tasks
 from workflows.models import Run, RunEvent, StepRun, WorkflowTemplate
 
 pytestmark = pytest.mark.django_db
@@ -119,3 +121,39 @@ def test_a_repeated_poll_updates_only_its_step(
     assert polled.state == "waiting"
     assert polled.due_at is not None and polled.due_at > step.due_at
     assert sent[-1] == ("run_step_later", (step.pk,))
+
+
+def test_a_waiting_run_is_left_to_its_steps_due_time(sent: list[tuple[str, Any]]) -> None:
+    run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3600}}])
+    engine.advance(run.pk)
+    run.refresh_from_db()
+    assert (run.state, run.wake_at) == ("running", None)
+    assert run.message == "workflow timer is running step w"
+
+
+def test_the_reconciler_sends_an_overdue_run_once_and_not_its_steps_too(
+    sent: list[tuple[str, Any]], now: list[datetime.datetime]
+) -> None:
+    timer = wf.template("timer", steps=[{"name": "w", "type": "wait", "with": {"seconds": 5}}])
+    overdue, waiting = _run(timer, [], "a"), _run(timer, [], "b")
+    engine.advance(overdue.pk)
+    engine.advance(waiting.pk)
+    # Both steps' countdowns were lost; one run also has a finished step to schedule.
+    Run.objects.filter(pk=overdue.pk).update(wake_at=now[0])
+    sent.clear()
+    now[0] = now[0] + datetime.timedelta(seconds=3600)
+
+    report = engine.reconcile()
+
+    step_b = StepRun.objects.get(run=waiting).pk
+    assert report == engine.ReconcileReport(runs=1, steps=1)
+    assert sorted(sent) == [("advance", overdue.pk), ("run_step", step_b)]
+
+
+def test_a_retried_run_is_due_for_the_reconciler_if_its_wake_up_is_lost(
+    sent: list[tuple[str, Any]], now: list[datetime.datetime]
+) -> None:
+    run = runs.make_run(state=Run.State.FAILED, steps=(("snapshot", "noop", "failed"),))
+    actions.run_retry(run_id=run.pk, actor="ops:ann", reason="storage is back")
+    now[0] = now[0] + datetime.timedelta(seconds=3600)
+    assert engine.reconcile().runs == 1
