@@ -530,16 +530,19 @@ def _announce(run_id: int, outcome: str) -> None:
 
 
 def _wake_waiters(run: Run) -> None:
-    """A finished run frees a budget slot and may be what another run waits for."""
-    waiting = list(
-        Run.objects.filter(state=Run.State.PENDING)
-        .filter(template_name=run.template_name)
-        .values_list("pk", flat=True)[:10]
-    ) + list(
-        Run.objects.filter(state=Run.State.PENDING, cluster_key=run.cluster_key).values_list(
-            "pk", flat=True
-        )[:10]
-    )
+    """A finished run frees a budget slot and may be what another run waits for.
+
+    Only a template with a concurrency budget has runs waiting for a slot; without one,
+    its pending runs are not waiting for this run and already have their own wake-up.
+    """
+    waiting: list[int] = []
+    if run.spec.get("concurrency"):
+        waiting += Run.objects.filter(
+            state=Run.State.PENDING, template_name=run.template_name
+        ).values_list("pk", flat=True)[:10]
+    waiting += Run.objects.filter(state=Run.State.PENDING, cluster_key=run.cluster_key).values_list(
+        "pk", flat=True
+    )[:10]
     if waiting:
         transaction.on_commit(lambda: wake(sorted(set(waiting))))
 

@@ -157,3 +157,15 @@ def test_a_retried_run_is_due_for_the_reconciler_if_its_wake_up_is_lost(
     actions.run_retry(run_id=run.pk, actor="ops:ann", reason="storage is back")
     now[0] = now[0] + datetime.timedelta(seconds=3600)
     assert engine.reconcile().runs == 1
+
+
+@pytest.mark.parametrize(("concurrency", "woken"), [(None, False), (1, True)])
+def test_a_finished_run_wakes_its_templates_pending_runs_only_for_a_budget(
+    sent: list[tuple[str, Any]], on_commit: Any, concurrency: int | None, woken: bool
+) -> None:
+    template = wf.template("backup", steps=_noop_chain(1), concurrency=concurrency)
+    first, second = _run(template, [], "a"), _run(template, [], "b")
+    with on_commit(execute=True):
+        engine.advance(first.pk)
+    assert Run.objects.get(pk=first.pk).state == "succeeded"
+    assert (("advance", second.pk) in sent) is woken
