@@ -189,7 +189,8 @@ def _notes(sizes: env.Sizes) -> list[str]:
         f"(step `bench_poll`, every {sizes.poll_seconds:g} s, one countdown message each); CPU "
         f"and RSS of the worker's process tree over {sizes.waiting_seconds:g} s (BENCH_FULL=1: "
         "600 s). The reconciler is `workflows.engine.reconcile()` timed in the runner (median of "
-        "5 passes; the all-overdue pass enqueues up to its limit of 5,000 runs and 5,000 steps).",
+        "5 passes; the all-overdue pass, every countdown lost, enqueues up to its limit of 5,000 "
+        "steps).",
         f"- 4: {sizes.start_calls} calls for new clusters, one every 200 ms over one keep-alive "
         "connection; the first step's `started_at` minus the time the client had the answer.",
         "- 5: psutil RSS of a gunicorn worker after benchmark 1 and of the Celery worker "

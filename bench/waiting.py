@@ -71,7 +71,8 @@ def seed_waiting(count: int, *, polls: int, every: float, overdue: bool = False)
                 moment=db.MOMENT,
                 state="running",
                 now=now,
-                wake_at=due(i),
+                # A waiting run is due only for its deadline (none here): its step is due.
+                wake_at=None,
                 template_name="bench-wait",
             )
             for i in range(count)

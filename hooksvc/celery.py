@@ -8,9 +8,10 @@ anything imports prometheus_client (see hooksvc/multiproc.py).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import task_postrun, task_prerun, worker_ready
 
 from hooksvc import multiproc
 
@@ -20,6 +21,22 @@ multiproc.configure()
 app = Celery("hooksvc")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _close_old_connections(sender: Any = None, **kwargs: object) -> None:
+    """Drop a connection that is too old or broke (settings.CELERY_DB_REUSE_MAX keeps it).
+
+    Django does this around every request; without it a worker would keep using a
+    connection that a PostgreSQL restart broke. A task applied eagerly runs inside its
+    caller's transaction, whose connection is not the worker's to close.
+    """
+    if getattr(getattr(sender, "request", None), "is_eager", False):
+        return
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 @worker_ready.connect

@@ -207,6 +207,11 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Celery's Django fixup closes the database connection before and after every task unless
+# this is set: a new PostgreSQL connection per poll was a sixth of a worker's CPU. Workers
+# keep it instead, and hooksvc.celery closes it the way Django does after a request
+# (CONN_MAX_AGE passed, or an error left it unusable).
+CELERY_DB_REUSE_MAX = 1000
 # A hook call enqueues after it has recorded the run: if Redis is down, give up fast and
 # let the reconciler enqueue later, instead of making CAPI wait.
 CELERY_BROKER_CONNECTION_TIMEOUT = 2

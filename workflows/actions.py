@@ -32,6 +32,11 @@ def _step(run: Run, step_name: str) -> StepRun:
     return step
 
 
+def _due_now(run: Run) -> None:
+    """The run must be scheduled: if the wake-up message is lost, the reconciler sends it."""
+    Run.objects.filter(pk=run.pk).update(wake_at=engine.clock())
+
+
 def _require_actor(actor: str, reason: str) -> None:
     if not actor.strip():
         raise ActionError("an action needs the operator's name")
@@ -85,6 +90,7 @@ def run_retry(*, run_id: int, actor: str, reason: str, step_name: str = "") -> R
                 reason=reason,
             )
         transitions.action_record(run, "retry", actor=actor, reason=reason, step_name=step_name)
+        _due_now(run)
         transaction.on_commit(lambda: engine.wake([run.pk]))
     return run
 
@@ -162,6 +168,7 @@ def step_skip(*, run_id: int, step_name: str, actor: str, reason: str) -> Run:
                 reason=reason,
             )
         transitions.action_record(run, "skip", actor=actor, reason=reason, step_name=step_name)
+        _due_now(run)
         transaction.on_commit(lambda: engine.wake([run.pk]))
     return run
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import logging
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -298,10 +299,12 @@ def wake(run_ids: Iterable[int]) -> None:
 
 
 def advance(run_id: int) -> None:
-    """Start `run_id` if it may start, then execute its due steps until none is ready inline."""
+    """Start `run_id` if it may start, then execute its due steps, one transaction each."""
     while True:
-        step_id = _schedule(run_id)
-        if step_id is None or not run_step(step_id, then_advance=False):
+        scheduled = _schedule(run_id)
+        if scheduled is None:
+            return
+        if not isinstance(scheduled, _Again) and not run_step(scheduled, then_advance=False):
             return
 
 
@@ -313,8 +316,20 @@ def run_step(step_id: int, *, then_advance: bool = True) -> bool:
     return finished
 
 
-def _schedule(run_id: int) -> int | None:
-    """Under the run's lock: start it, promote steps, settle its state; return a step to run."""
+class _Again:
+    """An inline step finished under the run's lock: schedule the run again."""
+
+
+AGAIN = _Again()
+
+
+def _schedule(run_id: int) -> int | _Again | None:
+    """Under the run's lock: start it, promote steps, settle its state, execute one inline step.
+
+    Returns AGAIN when an inline step finished (its transaction has committed; the next
+    one schedules what it unblocked), or a due step for `run_step` to execute in its own
+    transaction, or None when nothing is due now.
+    """
     to_enqueue: list[int] = []
     inline: int | None = None
     with transaction.atomic():
@@ -338,9 +353,14 @@ def _schedule(run_id: int) -> int | None:
             if run.is_finished:
                 return None
         _promote(steps, now)
+        finished = _execute_inline(run, steps, now)
+        if finished:
+            _promote(steps, now)
         _settle(run, steps, now)
         if run.state != Run.State.RUNNING:
             return None
+        if finished:
+            return AGAIN
         due = [s for s in steps if s.state in StepRun.DUE and s.due_at and s.due_at <= now]
         if due:
             inline = due[0].pk
@@ -348,6 +368,35 @@ def _schedule(run_id: int) -> int | None:
         if to_enqueue:
             transaction.on_commit(lambda: _enqueue_steps(to_enqueue))
     return inline
+
+
+def _execute_inline(run: Run, steps: list[StepRun], now: datetime.datetime) -> bool:
+    """Execute the first due inline step (registry.StepType.inline) if its row is free.
+
+    The run's row lock is held, so the step's outcome, the steps it unblocks and the
+    run's state commit together. Returns True if the step finished.
+    """
+    for step in steps:
+        if not (step.state in StepRun.DUE and step.due_at and step.due_at <= now):
+            continue
+        step_type = registry.find(step.type)
+        if step_type is None or not step_type.inline:
+            continue
+        # SKIP LOCKED: a worker executing it from a message holds it (and will wait for
+        # this run's lock to schedule the run), so waiting here could deadlock.
+        locked = (
+            StepRun.objects.select_for_update(skip_locked=True)
+            .filter(pk=step.pk, state__in=StepRun.DUE)
+            .values_list("pk", flat=True)
+        )
+        if not list(locked):
+            continue
+        finished = _attempt(run, step, now)
+        if not finished and step.due_at:
+            after = max(0.0, (step.due_at - now).total_seconds())
+            transaction.on_commit(functools.partial(_enqueue_poll, step.pk, after))
+        return finished
+    return False
 
 
 def _start_blocker(run: Run) -> str:
@@ -453,10 +502,10 @@ def _settle(run: Run, steps: list[StepRun], now: datetime.datetime) -> None:
         message = f"workflow {name} is waiting for approval at step {current.name}"
     else:
         message = f"workflow {name} is running step {current.name}"
-    due = [s.due_at for s in steps if s.state in StepRun.DUE and s.due_at]
-    wake_at = min(due) if due else None
-    if run.deadline_at and not run.deadline_exceeded:
-        wake_at = min(wake_at, run.deadline_at) if wake_at else run.deadline_at
+    # Due steps are the reconciler's to find by their own due_at (a lost countdown), so
+    # a running run needs waking only for its deadline: polls never touch the run's row,
+    # and the reconciler never sends a run and its step the same message.
+    wake_at = run.deadline_at if run.deadline_at and not run.deadline_exceeded else None
     if message != run.message or wake_at != run.wake_at:
         Run.objects.filter(pk=run.pk).update(message=message, wake_at=wake_at)
         run.message, run.wake_at = message, wake_at
@@ -513,62 +562,60 @@ def _announce(run_id: int, outcome: str) -> None:
 
 
 def _wake_waiters(run: Run) -> None:
-    """A finished run frees a budget slot and may be what another run waits for."""
-    waiting = list(
-        Run.objects.filter(state=Run.State.PENDING)
-        .filter(template_name=run.template_name)
-        .values_list("pk", flat=True)[:10]
-    ) + list(
-        Run.objects.filter(state=Run.State.PENDING, cluster_key=run.cluster_key).values_list(
-            "pk", flat=True
-        )[:10]
-    )
+    """A finished run frees a budget slot and may be what another run waits for.
+
+    Only a template with a concurrency budget has runs waiting for a slot; without one,
+    its pending runs are not waiting for this run and already have their own wake-up.
+    """
+    waiting: list[int] = []
+    if run.spec.get("concurrency"):
+        waiting += Run.objects.filter(
+            state=Run.State.PENDING, template_name=run.template_name
+        ).values_list("pk", flat=True)[:10]
+    waiting += Run.objects.filter(state=Run.State.PENDING, cluster_key=run.cluster_key).values_list(
+        "pk", flat=True
+    )[:10]
     if waiting:
         transaction.on_commit(lambda: wake(sorted(set(waiting))))
 
 
+#: The columns the countdown path reads: a narrow row is cheaper to build and to parse
+#: (a poll is mostly this query), and the run's spec can be large.
+_EXECUTE_FIELDS = (
+    *(
+        f.name
+        for f in StepRun._meta.concrete_fields
+        if f.name not in ("position", "depends_on", "finished_at")
+    ),
+    *(f"run__{f}" for f in ("state", "context", "hook", "cluster_namespace", "cluster_name")),
+    "run__template_name",
+)
+
+
 def _execute(step_id: int) -> tuple[bool, int]:
-    """Execute one due step under its row lock and record the outcome."""
+    """Execute one due step under its row lock and record the outcome.
+
+    The run is read, not locked: a step that polls again changes only its own row.
+    """
     to_poll: tuple[int, float] | None = None
     with transaction.atomic():
-        step = (
+        found = list(
             StepRun.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("run")
+            .only(*_EXECUTE_FIELDS)
             .filter(pk=step_id, state__in=StepRun.DUE)
-            .first()
+            .order_by()[:1]
         )
-        if step is None:
+        if not found:
             return False, 0
+        step = found[0]
         run = step.run
         now = clock()
         if run.state != Run.State.RUNNING or (step.due_at and step.due_at > now):
             return False, run.pk
-        fields = log_fields(run, step)
-        started = step.started_at or now
-        ctx = registry.StepContext(
-            run_id=run.pk,
-            step_name=step.name,
-            step_type=step.type,
-            params=step.params,
-            run_context=run.context,
-            memo=dict(step.memo),
-            attempt=step.failures + 1,
-        )
-        if step.timeout_seconds and now - started > datetime.timedelta(
-            seconds=step.timeout_seconds
-        ):
-            outcome: registry.Outcome | errors.StepError = errors.PermanentError(
-                f"timed out after {step.timeout_seconds} s"
-            )
-        else:
-            outcome = execute_once(ctx, fields)
-            step.memo = ctx.memo
-        if isinstance(outcome, errors.StepError) and (
-            isinstance(outcome, errors.PermanentError) or step.failures + 1 > step.retries
-        ):
-            _cleanup(ctx, fields)
-        finished = _record(step, outcome, started, now, fields)
+        finished = _attempt(run, step, now)
         if finished:
+            # Due now: if this worker dies before it schedules the run, the reconciler will.
             Run.objects.filter(pk=run.pk).update(wake_at=now)
         elif step.due_at:
             to_poll = (step.pk, max(0.0, (step.due_at - now).total_seconds()))
@@ -576,6 +623,32 @@ def _execute(step_id: int) -> tuple[bool, int]:
         poll = to_poll
         transaction.on_commit(lambda: _enqueue_poll(*poll))
     return finished, run.pk
+
+
+def _attempt(run: Run, step: StepRun, now: datetime.datetime) -> bool:
+    """Call the step's function once (its row is locked) and record the outcome."""
+    fields = log_fields(run, step)
+    started = step.started_at or now
+    ctx = registry.StepContext(
+        run_id=run.pk,
+        step_name=step.name,
+        step_type=step.type,
+        params=step.params,
+        run_context=run.context,
+        memo=dict(step.memo),
+        attempt=step.failures + 1,
+    )
+    if step.timeout_seconds and now - started > datetime.timedelta(seconds=step.timeout_seconds):
+        outcome: registry.Outcome | errors.StepError = errors.PermanentError(
+            f"timed out after {step.timeout_seconds} s"
+        )
+    else:
+        outcome = execute_once(ctx, fields)
+    if isinstance(outcome, errors.StepError) and (
+        isinstance(outcome, errors.PermanentError) or step.failures + 1 > step.retries
+    ):
+        _cleanup(ctx, fields)
+    return _record(step, outcome, memo=ctx.memo, started=started, now=now, fields=fields)
 
 
 def execute_once(
@@ -612,11 +685,16 @@ def _cleanup(ctx: registry.StepContext, fields: dict[str, Any]) -> None:
 def _record(
     step: StepRun,
     outcome: registry.Outcome | errors.StepError,
+    *,
+    memo: dict[str, Any],
     started: datetime.datetime,
     now: datetime.datetime,
     fields: dict[str, Any],
 ) -> bool:
-    common: dict[str, Any] = {"memo": step.memo, "started_at": started}
+    if isinstance(outcome, registry.Poll) and step.state == StepRun.State.WAITING:
+        _record_poll(step, outcome, memo, now)
+        return False
+    common: dict[str, Any] = {"memo": memo, "started_at": started}
     extra: dict[str, Any] = {}
     if isinstance(outcome, registry.Done):
         transitions.step_move(
@@ -637,7 +715,6 @@ def _record(
             step,
             StepRun.State.WAITING,
             allowed_from=StepRun.DUE,
-            record=step.state != StepRun.State.WAITING,
             due_at=now + datetime.timedelta(seconds=max(0.0, outcome.after)),
             message=outcome.message[:500],
             **common,
@@ -674,6 +751,35 @@ def _record(
     logger.warning("step failed", extra={"action": "step_failed", "error": message, **fields})
     _observe(step, now - started, failed=True)
     return True
+
+
+def _record_poll(
+    step: StepRun, outcome: registry.Poll, memo: dict[str, Any], now: datetime.datetime
+) -> None:
+    """A waiting step polls again: one UPDATE of its own row, nothing else.
+
+    Only what changed is written, and the commit does not wait for the disk
+    (PostgreSQL's asynchronous commit, this transaction only): a crash may lose the last
+    polls' records, and the step is then polled again, which steps must allow anyway.
+    """
+    changes: dict[str, Any] = {
+        "due_at": now + datetime.timedelta(seconds=max(0.0, outcome.after)),
+    }
+    if memo != step.memo:
+        changes["memo"] = memo
+    message = outcome.message[:500]
+    if message != step.message:
+        changes["message"] = message
+    if outcome.output is not None and dict(outcome.output) != step.output:
+        changes["output"] = dict(outcome.output)
+    if step.started_at is None:
+        changes["started_at"] = now
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+    transitions.step_move(
+        step, StepRun.State.WAITING, allowed_from=[StepRun.State.WAITING], **changes
+    )
 
 
 def _observe(step: StepRun, took: datetime.timedelta, *, failed: bool) -> None:
@@ -739,7 +845,12 @@ class ReconcileReport:
 
 
 def reconcile(limit: int = 5000) -> ReconcileReport:
-    """Re-enqueue runs and steps whose wake-up is overdue (a lost message, a killed worker)."""
+    """Re-enqueue runs and steps whose wake-up is overdue (a lost message, a killed worker).
+
+    One indexed query per kind. A run is due when it must be scheduled (new, waiting to
+    start, a step just finished, its deadline); a due step (a lost countdown) is sent on
+    its own, unless its run is sent in the same pass.
+    """
     from workflows import tasks
 
     now = clock()
@@ -761,10 +872,13 @@ def reconcile(limit: int = 5000) -> ReconcileReport:
         Run.objects.filter(pk__in=run_ids).update(
             wake_at=now + datetime.timedelta(seconds=RECONCILE_REQUEUE_SECONDS)
         )
+    # A run's `advance` executes its due steps, so the steps of a run sent above are not
+    # sent again (it would only be a second message for the same work).
     step_ids = list(
         StepRun.objects.filter(
             state__in=StepRun.DUE, due_at__lte=late, run__state=Run.State.RUNNING
         )
+        .exclude(run_id__in=run_ids)
         .order_by("due_at")
         .values_list("pk", flat=True)[:limit]
     )

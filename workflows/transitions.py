@@ -3,6 +3,11 @@
 `run_move` and `step_move` update a row only if it is still in one of the states the
 caller expected, and record a RunEvent in the same transaction. When the row has moved
 on (another worker, an operator), they raise `InvalidTransition` and change nothing.
+
+A step's routine progress (promoted, started waiting, succeeded) is recorded by its own
+StepRun row (state, started and finished times), so it writes no RunEvent: the history
+keeps run transitions, a step's failures, retries, skips and cancellations, and every
+operator action.
 """
 
 from __future__ import annotations
@@ -17,6 +22,18 @@ from workflows.models import Run, RunEvent, StepRun
 
 class InvalidTransition(Exception):
     """The row was not in a state the transition starts from."""
+
+
+_S = StepRun.State
+#: Step transitions the StepRun row records well enough on its own (see the docstring).
+ROUTINE_STEP_MOVES = frozenset(
+    {
+        (_S.PENDING, _S.READY),
+        (_S.READY, _S.WAITING),
+        (_S.READY, _S.SUCCEEDED),
+        (_S.WAITING, _S.SUCCEEDED),
+    }
+)
 
 
 def run_move(
@@ -60,12 +77,15 @@ def step_move(
     to: str,
     *,
     allowed_from: Iterable[str],
-    record: bool = True,
+    record: bool | None = None,
     actor: str = "",
     reason: str = "",
     **fields: Any,
 ) -> None:
-    """Move `step` to state `to`; update `fields` too; record the transition unless told not to."""
+    """Move `step` to state `to`; update `fields` too; record the transition.
+
+    `record` None records it unless it is routine (ROUTINE_STEP_MOVES, no actor).
+    """
     allowed = list(allowed_from)
     changes: dict[str, Any] = {"state": to, **fields}
     if to in StepRun.FINISHED:
@@ -77,6 +97,8 @@ def step_move(
     previous = step.state
     for key, value in changes.items():
         setattr(step, key, value)
+    if record is None:
+        record = bool(actor) or (previous, to) not in ROUTINE_STEP_MOVES
     if record and previous != to:
         RunEvent.objects.create(
             run_id=step.run_id,

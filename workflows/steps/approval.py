@@ -8,7 +8,7 @@ from workflows.steps import registry
 POLL_SECONDS = 300.0
 
 
-@registry.step_type("approval", params={"message": registry.Param(str)})
+@registry.step_type("approval", params={"message": registry.Param(str)}, inline=True)
 def approval(ctx: registry.StepContext) -> registry.Outcome:
     """Waits until an operator approves the step."""
     approved_by = ctx.memo.get("approved_by")

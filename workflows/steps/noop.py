@@ -5,7 +5,7 @@ from __future__ import annotations
 from workflows.steps import registry
 
 
-@registry.step_type("noop")
+@registry.step_type("noop", inline=True)
 def noop(ctx: registry.StepContext) -> registry.Outcome:
     """Does nothing and succeeds."""
     return registry.Done()

@@ -170,6 +170,9 @@ class StepType:
     cleanup: Callable[[StepContext], None] | None = None
     #: The step's timeout when the template gives none.
     default_timeout_seconds: int | None = None
+    #: The function does no I/O and returns at once (it reads only its context and memo):
+    #: the engine may run it under the run's row lock, in the transaction that schedules it.
+    inline: bool = False
 
 
 _REGISTRY: dict[str, StepType] = {}
@@ -182,6 +185,7 @@ def step_type(
     check: Callable[[dict[str, Any], str], None] | None = None,
     cleanup: Callable[[StepContext], None] | None = None,
     default_timeout_seconds: int | None = None,
+    inline: bool = False,
 ) -> Callable[[StepFunction], StepFunction]:
     """Register a step type under `name`; registering a name twice is an error."""
 
@@ -196,6 +200,7 @@ def step_type(
             description=(func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else "",
             cleanup=cleanup,
             default_timeout_seconds=default_timeout_seconds,
+            inline=inline,
         )
         return func
 

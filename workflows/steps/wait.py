@@ -8,7 +8,7 @@ from workflows.steps import registry
 
 
 @registry.step_type(
-    "wait", params={"seconds": registry.Param((int, float), required=True, minimum=0)}
+    "wait", params={"seconds": registry.Param((int, float), required=True, minimum=0)}, inline=True
 )
 def wait(ctx: registry.StepContext) -> registry.Outcome:
     """Waits `seconds` from the step's first run."""

@@ -1,0 +1,171 @@
+"""The worker path in-process (no worker): what a step costs, what it records, what is re-sent.
+
+Covers: a `noop` step is one transaction of a few queries; routine step progress writes no
+RunEvent while run transitions do; a repeated poll updates only its step's row; the
+reconciler sends an overdue run or its overdue steps, never both.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from tests.support import capi
+from tests.support import workflows as wf
+from tests.workflows import runs
+from workflows import actions, engine, tasks
+from workflows.models import Run, RunEvent, StepRun, WorkflowTemplate
+
+pytestmark = pytest.mark.django_db
+
+#: The most queries one further `noop` step may cost: lock the run, read its steps, lock
+#: the step, record it, promote the next, update the run's message, and the transaction.
+QUERIES_PER_NOOP_STEP = 8
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
+    """The messages the engine sends, recorded instead of reaching the broker."""
+    messages: list[tuple[str, Any]] = []
+
+    def recorder(name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: messages.append((name, args[0] if args else None))
+
+    monkeypatch.setattr(tasks.advance, "delay", recorder("advance"))
+    monkeypatch.setattr(tasks.run_step, "delay", recorder("run_step"))
+    monkeypatch.setattr(tasks.run_step, "apply_async", recorder("run_step_later"))
+    monkeypatch.setattr(tasks.cluster_event, "delay", recorder("cluster_event"))
+    return messages
+
+
+@pytest.fixture
+def on_commit(django_capture_on_commit_callbacks: Any) -> Any:
+    """Runs what the engine sends after commit (the test's transaction never commits)."""
+    return django_capture_on_commit_callbacks
+
+
+@pytest.fixture
+def now(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[datetime.datetime]]:
+    """The engine's clock, held still; tests move it by replacing the one element."""
+    moment = [timezone.now()]
+    monkeypatch.setattr(engine, "clock", lambda: moment[0])
+    yield moment
+
+
+def _run(template: WorkflowTemplate | str, steps: list[dict[str, Any]], cluster: str = "c1") -> Run:
+    tmpl = wf.template(template, steps=steps) if isinstance(template, str) else template
+    call = wf.call(cluster=capi.cluster_v1beta2(name=cluster, uid=f"uid-{cluster}"))
+    [run] = engine.runs_ensure(templates=[tmpl], call=call)
+    return run
+
+
+def _noop_chain(length: int) -> list[dict[str, Any]]:
+    return [
+        {"name": f"s{n}", "type": "noop", "dependsOn": [f"s{n - 1}"] if n else []}
+        for n in range(length)
+    ]
+
+
+def test_a_noop_chain_costs_one_short_transaction_per_step(
+    sent: list[tuple[str, Any]], django_assert_max_num_queries: Any
+) -> None:
+    short = _run("one", _noop_chain(1), cluster="a")
+    long = _run("eleven", _noop_chain(11), cluster="b")
+    with CaptureQueriesContext(connection) as one_step:
+        engine.advance(short.pk)
+    with django_assert_max_num_queries(len(one_step) + 10 * QUERIES_PER_NOOP_STEP):
+        engine.advance(long.pk)
+    assert set(StepRun.objects.filter(run=long).values_list("state", flat=True)) == {"succeeded"}
+    assert Run.objects.get(pk=long.pk).state == "succeeded"
+
+
+def test_routine_step_progress_writes_no_events_but_run_transitions_do(
+    sent: list[tuple[str, Any]],
+) -> None:
+    run = _run("chain", _noop_chain(3))
+    engine.advance(run.pk)
+    events = RunEvent.objects.filter(run=run).order_by("id")
+    assert [(e.step_name, e.name) for e in events] == [
+        ("", "pending->running"),
+        ("", "running->succeeded"),
+    ]
+    assert all(s.started_at and s.finished_at for s in StepRun.objects.filter(run=run))
+
+
+def test_a_repeated_poll_updates_only_its_step(
+    sent: list[tuple[str, Any]], now: list[datetime.datetime], on_commit: Any
+) -> None:
+    run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3600}}])
+    with on_commit(execute=True):
+        engine.advance(run.pk)
+    step = StepRun.objects.get(run=run)
+    assert (step.state, sent[-1]) == ("waiting", ("run_step_later", (step.pk,)))
+    before = Run.objects.filter(pk=run.pk).values().get()
+    events = RunEvent.objects.count()
+    assert step.due_at is not None
+    now[0] = step.due_at + datetime.timedelta(seconds=1)
+
+    with on_commit(execute=True), CaptureQueriesContext(connection) as queries:
+        assert engine.run_step(step.pk) is False
+    writes = [q["sql"] for q in queries if q["sql"].startswith(("UPDATE", "INSERT", "DELETE"))]
+    assert len(writes) == 1 and writes[0].startswith('UPDATE "workflows_steprun"'), writes
+    assert RunEvent.objects.count() == events, "a poll writes no RunEvent"
+    assert Run.objects.filter(pk=run.pk).values().get() == before, "a poll leaves the run alone"
+    polled = StepRun.objects.get(pk=step.pk)
+    assert polled.state == "waiting"
+    assert polled.due_at is not None and polled.due_at > step.due_at
+    assert sent[-1] == ("run_step_later", (step.pk,))
+
+
+def test_a_waiting_run_is_left_to_its_steps_due_time(sent: list[tuple[str, Any]]) -> None:
+    run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3600}}])
+    engine.advance(run.pk)
+    run.refresh_from_db()
+    assert (run.state, run.wake_at) == ("running", None)
+    assert run.message == "workflow timer is running step w"
+
+
+def test_the_reconciler_sends_an_overdue_run_once_and_not_its_steps_too(
+    sent: list[tuple[str, Any]], now: list[datetime.datetime]
+) -> None:
+    timer = wf.template("timer", steps=[{"name": "w", "type": "wait", "with": {"seconds": 5}}])
+    overdue, waiting = _run(timer, [], "a"), _run(timer, [], "b")
+    engine.advance(overdue.pk)
+    engine.advance(waiting.pk)
+    # Both steps' countdowns were lost; one run also has a finished step to schedule.
+    Run.objects.filter(pk=overdue.pk).update(wake_at=now[0])
+    sent.clear()
+    now[0] = now[0] + datetime.timedelta(seconds=3600)
+
+    report = engine.reconcile()
+
+    step_b = StepRun.objects.get(run=waiting).pk
+    assert report == engine.ReconcileReport(runs=1, steps=1)
+    assert sorted(sent) == [("advance", overdue.pk), ("run_step", step_b)]
+
+
+def test_a_retried_run_is_due_for_the_reconciler_if_its_wake_up_is_lost(
+    sent: list[tuple[str, Any]], now: list[datetime.datetime]
+) -> None:
+    run = runs.make_run(state=Run.State.FAILED, steps=(("snapshot", "noop", "failed"),))
+    actions.run_retry(run_id=run.pk, actor="ops:ann", reason="storage is back")
+    now[0] = now[0] + datetime.timedelta(seconds=3600)
+    assert engine.reconcile().runs == 1
+
+
+@pytest.mark.parametrize(("concurrency", "woken"), [(None, False), (1, True)])
+def test_a_finished_run_wakes_its_templates_pending_runs_only_for_a_budget(
+    sent: list[tuple[str, Any]], on_commit: Any, concurrency: int | None, woken: bool
+) -> None:
+    template = wf.template("backup", steps=_noop_chain(1), concurrency=concurrency)
+    first, second = _run(template, [], "a"), _run(template, [], "b")
+    with on_commit(execute=True):
+        engine.advance(first.pk)
+    assert Run.objects.get(pk=first.pk).state == "succeeded"
+    assert (("advance", second.pk) in sent) is woken
