@@ -384,27 +384,36 @@ spec:
 """
 
 
-class TemplateDocumentForm(forms.ModelForm):  # type: ignore[type-arg]
-    """Edits a template as its whole YAML document, validated as `apply_workflows` does."""
+class _DocumentForm(forms.ModelForm):  # type: ignore[type-arg]
+    """Edits an object as its whole YAML document, validated as `apply_workflows` does.
+
+    Subclasses name the document `kind`, the text of a new one, and may refuse more in
+    `check(doc, others)`; `self.parsed` holds the valid document for `save()`.
+    """
+
+    kind = ""
+    new_document = ""
+    help = ""
 
     document = forms.CharField(
         widget=forms.Textarea(
             attrs={"rows": 32, "cols": 100, "spellcheck": "false", "class": "vLargeTextField"}
         ),
-        help_text="One WorkflowTemplate document, as `manage.py apply_workflows` reads it. "
-        "Editing it changes only new runs.",
     )
-
-    class Meta:
-        model = WorkflowTemplate
-        fields = ("document",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.parsed: spec.Document | None = None
+        self.fields["document"].help_text = self.help
         self.fields["document"].initial = (
-            template_document(self.instance) if self.instance.pk else _NEW_TEMPLATE
+            self.document_text(self.instance) if self.instance.pk else self.new_document
         )
+
+    def document_text(self, instance: Any) -> str:
+        raise NotImplementedError
+
+    def check(self, doc: spec.Document, others: Any) -> list[str]:
+        return []
 
     def clean_document(self) -> str:
         text: str = self.cleaned_data["document"]
@@ -412,24 +421,44 @@ class TemplateDocumentForm(forms.ModelForm):  # type: ignore[type-arg]
             documents = spec.parse(text)
         except spec.SpecError as exc:
             raise forms.ValidationError(exc.messages) from None
-        if len(documents) != 1:
+        if len(documents) != 1 or documents[0].kind != self.kind:
             raise forms.ValidationError(
-                f"one document is edited here, got {len(documents)}; "
+                f"one {self.kind} document is edited here; "
                 "apply several with `manage.py apply_workflows`"
             )
         doc = documents[0]
         if self.instance.pk and doc.name != self.instance.name:
-            # Runs are keyed by the template's name: a rename would start every run again.
+            # Runs are keyed by names: a rename would start every run again.
             raise forms.ValidationError(
                 f"metadata.name: cannot change from {self.instance.name!r} here; "
-                "add a new template instead"
+                f"add a new {self.kind} instead"
             )
-        if not self.instance.pk and WorkflowTemplate.objects.filter(name=doc.name).exists():
+        others = type(self.instance).objects.exclude(pk=self.instance.pk)
+        if not self.instance.pk and others.filter(name=doc.name).exists():
             raise forms.ValidationError(
-                f"metadata.name: a WorkflowTemplate named {doc.name!r} exists already"
+                f"metadata.name: a {self.kind} named {doc.name!r} exists already"
             )
+        problems = self.check(doc, others)
+        if problems:
+            raise forms.ValidationError(problems)
         self.parsed = doc
         return text
+
+
+class TemplateDocumentForm(_DocumentForm):
+    kind = "WorkflowTemplate"
+    new_document = _NEW_TEMPLATE
+    help = (
+        "One WorkflowTemplate document, as `manage.py apply_workflows` reads it. "
+        "Editing it changes only new runs."
+    )
+
+    class Meta:
+        model = WorkflowTemplate
+        fields = ("document",)
+
+    def document_text(self, instance: Any) -> str:
+        return template_document(instance)
 
     def save(self, commit: bool = True) -> WorkflowTemplate:
         doc = self.parsed
@@ -492,57 +521,29 @@ spec:
 """
 
 
-class ProfileDocumentForm(forms.ModelForm):  # type: ignore[type-arg]
-    """Edits a profile as its YAML document, validated as `apply_workflows` does."""
-
-    document = forms.CharField(
-        widget=forms.Textarea(
-            attrs={"rows": 32, "cols": 100, "spellcheck": "false", "class": "vLargeTextField"}
-        ),
-        help_text="One AddonProfile document, as `manage.py apply_workflows` reads it. "
-        "Saving regenerates its addon-install- and addon-remove- templates.",
+class ProfileDocumentForm(_DocumentForm):
+    kind = "AddonProfile"
+    new_document = _NEW_PROFILE
+    help = (
+        "One AddonProfile document, as `manage.py apply_workflows` reads it. "
+        "Saving regenerates its addon-install- and addon-remove- templates."
     )
 
     class Meta:
         model = AddonProfile
         fields = ("document",)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.parsed: spec.Document | None = None
-        self.fields["document"].initial = (
-            profile_document(self.instance) if self.instance.pk else _NEW_PROFILE
-        )
+    def document_text(self, instance: Any) -> str:
+        return profile_document(instance)
 
-    def clean_document(self) -> str:
-        text: str = self.cleaned_data["document"]
-        try:
-            documents = spec.parse(text)
-        except spec.SpecError as exc:
-            raise forms.ValidationError(exc.messages) from None
-        if len(documents) != 1 or documents[0].kind != "AddonProfile":
-            raise forms.ValidationError("one AddonProfile document is edited here")
-        doc = documents[0]
-        if self.instance.pk and doc.name != self.instance.name:
-            raise forms.ValidationError(
-                f"metadata.name: cannot change from {self.instance.name!r} here; "
-                "add a new profile instead"
-            )
-        others = AddonProfile.objects.exclude(pk=self.instance.pk)
-        if not self.instance.pk and others.filter(name=doc.name).exists():
-            raise forms.ValidationError(
-                f"metadata.name: an AddonProfile named {doc.name!r} exists already"
-            )
+    def check(self, doc: spec.Document, others: Any) -> list[str]:
         graph = {p.name: list(p.spec["dependsOn"]) for p in others}
         problems = spec.profile_problems({**graph, doc.name: doc.spec["dependsOn"]})
         problems += [
             f"metadata.name: the WorkflowTemplate {name!r} exists and is not generated"
             for name in addons.clashes([doc.name])
         ]
-        if problems:
-            raise forms.ValidationError(problems)
-        self.parsed = doc
-        return text
+        return problems
 
     def save(self, commit: bool = True) -> AddonProfile:
         doc = self.parsed

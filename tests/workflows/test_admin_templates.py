@@ -136,3 +136,16 @@ def test_renaming_a_template_is_refused(admin_client: Client) -> None:
     assert status == 200
     assert "cannot change from &#x27;backup&#x27;" in page
     assert WorkflowTemplate.objects.get().name == "backup"
+
+
+def test_a_document_of_another_kind_is_refused_not_saved(admin_client: Client) -> None:
+    template = wf.template("backup")
+    profile = (
+        f"apiVersion: {spec.API_VERSION}\nkind: AddonProfile\nmetadata: {{name: backup}}\n"
+        "spec: {addons: {configMapRef: {namespace: addons, name: backup, key: manifests}}}\n"
+    )
+    status, page = save(admin_client, change_url(template), profile)
+    assert status == 200
+    assert "one WorkflowTemplate document is edited here" in page
+    template.refresh_from_db()
+    assert (template.generation, template.spec) == (1, wf.spec())
