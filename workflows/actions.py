@@ -44,6 +44,20 @@ def _require_actor(actor: str, reason: str) -> None:
         raise ActionError("an action needs a reason")
 
 
+def _resume(run: Run, *, actor: str, reason: str) -> None:
+    """A finished run goes on running: after a retry, or a skip of what stopped it."""
+    transitions.run_move(
+        run,
+        Run.State.RUNNING,
+        allowed_from=[run.state],
+        message=f"workflow {run.template_name} is running",
+        finished_at=None,
+        deadline_exceeded=False,
+        actor=actor,
+        reason=reason,
+    )
+
+
 def run_retry(*, run_id: int, actor: str, reason: str, step_name: str = "") -> Run:
     """Run a failed or cancelled step (or all of them) again from the start."""
     _require_actor(actor, reason)
@@ -79,16 +93,7 @@ def run_retry(*, run_id: int, actor: str, reason: str, step_name: str = "") -> R
                 step, StepRun.State.PENDING, allowed_from=retryable, record=False, finished_at=None
             )
         if run.state in (Run.State.FAILED, Run.State.CANCELLED):
-            transitions.run_move(
-                run,
-                Run.State.RUNNING,
-                allowed_from=[run.state],
-                message=f"workflow {run.template_name} is running",
-                finished_at=None,
-                deadline_exceeded=False,
-                actor=actor,
-                reason=reason,
-            )
+            _resume(run, actor=actor, reason=reason)
         transitions.action_record(run, "retry", actor=actor, reason=reason, step_name=step_name)
         _due_now(run)
         transaction.on_commit(lambda: engine.wake([run.pk]))
@@ -158,15 +163,7 @@ def step_skip(*, run_id: int, step_name: str, actor: str, reason: str) -> Run:
             run.state in (Run.State.FAILED, Run.State.CANCELLED)
             and not run.steps.filter(state__in=[StepRun.State.FAILED]).exists()
         ):
-            transitions.run_move(
-                run,
-                Run.State.RUNNING,
-                allowed_from=[run.state],
-                message=f"workflow {run.template_name} is running",
-                finished_at=None,
-                actor=actor,
-                reason=reason,
-            )
+            _resume(run, actor=actor, reason=reason)
         transitions.action_record(run, "skip", actor=actor, reason=reason, step_name=step_name)
         _due_now(run)
         transaction.on_commit(lambda: engine.wake([run.pk]))

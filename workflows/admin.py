@@ -360,16 +360,20 @@ def _perform(action: str, run_id: int, step_name: str, *, actor: str, reason: st
         actions.run_release(run_id=run_id, actor=actor, reason=reason)
 
 
-def template_document(template: WorkflowTemplate) -> str:
-    """The template as the YAML document `apply_workflows` reads, every default spelled out."""
+def _document(kind: str, name: str, spec_: dict[str, Any]) -> str:
+    """An object as the YAML document `apply_workflows` reads, every default spelled out."""
     document = {
         "apiVersion": spec.API_VERSION,
-        "kind": "WorkflowTemplate",
-        "metadata": {"name": template.name},
-        "spec": template.spec,
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec_,
     }
     text: str = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
     return text
+
+
+def template_document(template: WorkflowTemplate) -> str:
+    return _document("WorkflowTemplate", template.name, template.spec)
 
 
 _NEW_TEMPLATE = f"""apiVersion: {spec.API_VERSION}
@@ -499,15 +503,7 @@ class WorkflowTemplateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 def profile_document(profile: AddonProfile) -> str:
-    """The profile as the YAML document `apply_workflows` reads, every default spelled out."""
-    document = {
-        "apiVersion": spec.API_VERSION,
-        "kind": "AddonProfile",
-        "metadata": {"name": profile.name},
-        "spec": profile.spec,
-    }
-    text: str = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
-    return text
+    return _document("AddonProfile", profile.name, profile.spec)
 
 
 _NEW_PROFILE = f"""apiVersion: {spec.API_VERSION}
