@@ -42,9 +42,8 @@ def wait_for(what: str, predicate: Any, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
-def test_a_backup_run_holds_the_hook_until_snapshots_are_ready_and_tells_the_cluster(
-    hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
-) -> None:
+def backup_setup(kube: KubeEmulator, **step: Any) -> None:
+    """A workload cluster with one PVC in `shop`, and a template that snapshots it."""
     for ns in (NS, "shop"):
         kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     put_kubeconfig_secret(kube)
@@ -55,17 +54,18 @@ def test_a_backup_run_holds_the_hook_until_snapshots_are_ready_and_tells_the_clu
             "metadata": {"name": "db", "namespace": "shop"},
         }
     )
-    wf.template(
-        "backup-before-upgrade",
-        retryAfterSeconds=1,
-        steps=[
-            {
-                "name": "snapshot",
-                "type": "backup_pvs",
-                "with": {"namespaces": ["shop"], "pollSeconds": 1},
-            }
-        ],
-    )
+    snapshot = {
+        "name": "snapshot",
+        "type": "backup_pvs",
+        "with": {"namespaces": ["shop"], "pollSeconds": 1},
+    }
+    wf.template("backup-before-upgrade", retryAfterSeconds=1, steps=[{**snapshot, **step}])
+
+
+def test_a_backup_run_holds_the_hook_until_snapshots_are_ready_and_tells_the_cluster(
+    hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
+) -> None:
+    backup_setup(kube)
     first = call_hook(hook_server)
     assert (first["status"], first["retryAfterSeconds"]) == ("Success", 1)
     wait_for("the snapshot", lambda: kube.list_objects(*SNAP, "shop"))
@@ -102,28 +102,7 @@ def test_an_api_server_that_fails_and_goes_down_delays_the_run_but_nothing_happe
     hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
 ) -> None:
     """Fault: the Kubernetes API answers 500s and 429s, then is down for a while."""
-    for ns in (NS, "shop"):
-        kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    put_kubeconfig_secret(kube)
-    kube.put_object(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "db", "namespace": "shop"},
-        }
-    )
-    wf.template(
-        "backup-before-upgrade",
-        retryAfterSeconds=1,
-        steps=[
-            {
-                "name": "snapshot",
-                "type": "backup_pvs",
-                "with": {"namespaces": ["shop"], "pollSeconds": 1},
-                "retries": 30,
-            }
-        ],
-    )
+    backup_setup(kube, retries=30)
     kube.fail_next("POST", r"volumesnapshots", 500, times=2)
     kube.fail_next("GET", r"persistentvolumeclaims", 429, times=2)
     answers = [call_hook(hook_server)]
