@@ -7,6 +7,8 @@ directly. Each action locks the run, checks it applies, changes state through
 
 from __future__ import annotations
 
+import datetime
+
 from django.db import transaction
 
 from workflows import engine, transitions
@@ -45,7 +47,12 @@ def _require_actor(actor: str, reason: str) -> None:
 
 
 def _resume(run: Run, *, actor: str, reason: str) -> None:
-    """A finished run goes on running: after a retry, or a skip of what stopped it."""
+    """A finished run goes on running: after a retry, or a skip of what stopped it.
+
+    A deadline restarts from the resumption: the operator gives the run its full time
+    again (an old, passed deadline would fail or hold it at once).
+    """
+    seconds = run.spec.get("deadlineSeconds")
     transitions.run_move(
         run,
         Run.State.RUNNING,
@@ -53,6 +60,7 @@ def _resume(run: Run, *, actor: str, reason: str) -> None:
         message=f"workflow {run.template_name} is running",
         finished_at=None,
         deadline_exceeded=False,
+        deadline_at=engine.clock() + datetime.timedelta(seconds=seconds) if seconds else None,
         actor=actor,
         reason=reason,
     )

@@ -169,3 +169,29 @@ def test_a_finished_run_wakes_its_templates_pending_runs_only_for_a_budget(
         engine.advance(first.pk)
     assert Run.objects.get(pk=first.pk).state == "succeeded"
     assert (("advance", second.pk) in sent) is woken
+
+
+def test_a_run_failed_at_its_deadline_and_retried_gets_its_full_time_again(
+    sent: list[tuple[str, Any]], now: list[datetime.datetime]
+) -> None:
+    template = wf.template(
+        "timer",
+        steps=[{"name": "w", "type": "wait", "with": {"seconds": 3600}}],
+        deadlineSeconds=600,
+        onDeadline="Fail",
+    )
+    run = _run(template, [])
+    engine.advance(run.pk)
+    now[0] = now[0] + datetime.timedelta(seconds=601)
+    engine.advance(run.pk)
+    run.refresh_from_db()
+    assert run.state == "failed"
+    assert engine.render(run, now[0]).status == "Failure"
+
+    actions.run_retry(run_id=run.pk, actor="ops:ann", reason="the backup store is back")
+
+    run.refresh_from_db()
+    assert (run.state, run.deadline_exceeded) == ("running", False)
+    assert run.deadline_at == now[0] + datetime.timedelta(seconds=600)
+    answer = engine.render(run, now[0] + datetime.timedelta(seconds=599))
+    assert (answer.status, answer.retry_after) == ("Success", 10)
