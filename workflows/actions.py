@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import datetime
 
-from django.db import transaction
+from django.db import OperationalError, transaction
+from django.db.models import QuerySet
 
 from workflows import engine, transitions
 from workflows.models import Run, StepRun
+
+#: PostgreSQL's SQLSTATE for a NOWAIT lock that another transaction holds.
+LOCK_NOT_AVAILABLE = "55P03"
 
 
 class ActionError(Exception):
@@ -26,12 +30,30 @@ def _lock_run(run_id: int) -> Run:
     return run
 
 
+def _lock_steps(run: Run, steps: QuerySet[StepRun]) -> list[StepRun]:
+    """Lock these steps of `run` (its row is locked), or refuse if a worker is executing one.
+
+    A worker executing a step holds the step's lock and then takes its run's to record a
+    finish; waiting here for the step while holding the run would deadlock with it. So the
+    lock order stays run, then step, and a step that is busy is not waited for.
+    """
+    try:
+        with transaction.atomic():
+            return list(steps.select_for_update(nowait=True).order_by("position"))
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        raise ActionError(
+            f"run {run.pk}: a step is executing right now; try again in a few seconds"
+        ) from exc
+
+
 def _step(run: Run, step_name: str) -> StepRun:
-    step = run.steps.select_for_update().filter(name=step_name).first()
-    if step is None:
+    found = _lock_steps(run, run.steps.filter(name=step_name))
+    if not found:
         names = ", ".join(run.steps.values_list("name", flat=True)) or "none yet"
         raise ActionError(f"run {run.pk} has no step {step_name!r} (steps: {names})")
-    return step
+    return found[0]
 
 
 def _due_now(run: Run) -> None:
@@ -73,7 +95,9 @@ def run_retry(*, run_id: int, actor: str, reason: str, step_name: str = "") -> R
         run = _lock_run(run_id)
         retryable = [StepRun.State.FAILED, StepRun.State.CANCELLED]
         steps = (
-            [_step(run, step_name)] if step_name else list(run.steps.filter(state__in=retryable))
+            [_step(run, step_name)]
+            if step_name
+            else _lock_steps(run, run.steps.filter(state__in=retryable))
         )
         if not steps or any(s.state not in retryable for s in steps):
             what = f"step {step_name!r}" if step_name else "any step"
@@ -115,7 +139,7 @@ def run_cancel(*, run_id: int, actor: str, reason: str) -> Run:
         run = _lock_run(run_id)
         if run.is_finished:
             raise ActionError(f"run {run.pk} is already {run.state}")
-        for step in run.steps.exclude(state__in=StepRun.FINISHED):
+        for step in _lock_steps(run, run.steps.exclude(state__in=StepRun.FINISHED)):
             transitions.step_move(
                 step, StepRun.State.CANCELLED, allowed_from=[step.state], record=False
             )

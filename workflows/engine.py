@@ -348,10 +348,9 @@ def _schedule(run_id: int) -> int | _Again | None:
                 return None
             _run_start(run, now)
         steps = list(run.steps.all())
-        if run.deadline_at and now >= run.deadline_at and not run.deadline_exceeded:
-            _deadline_act(run, steps)
-            if run.is_finished:
-                return None
+        passed = run.deadline_at and now >= run.deadline_at and not run.deadline_exceeded
+        if passed and _deadline_act(run, steps) and run.is_finished:
+            return None
         _promote(steps, now)
         finished = _execute_inline(run, steps, now)
         if finished:
@@ -511,9 +510,23 @@ def _settle(run: Run, steps: list[StepRun], now: datetime.datetime) -> None:
         run.message, run.wake_at = message, wake_at
 
 
-def _deadline_act(run: Run, steps: list[StepRun]) -> None:
-    """The deadline passed: Fail ends the run; Block and Proceed are recorded and alerted."""
+def _deadline_act(run: Run, steps: list[StepRun]) -> bool:
+    """The deadline passed: Fail ends the run; Block and Proceed are recorded and alerted.
+
+    False if a step Fail would cancel is executing now: its worker holds the step's lock
+    and takes the run's next, so waiting for it here would deadlock. The run stays due
+    (its wake-up is the passed deadline) and the reconciler brings it back.
+    """
     action = run.spec.get("onDeadline", "Block")
+    unfinished = [s.pk for s in steps if s.state not in StepRun.FINISHED]
+    if action == "Fail" and unfinished:
+        free = StepRun.objects.select_for_update(skip_locked=True).filter(pk__in=unfinished)
+        if len(free.values_list("pk", flat=True)) < len(unfinished):
+            logger.info(
+                "deadline action waits for an executing step",
+                extra={"action": "run_deadline_deferred", **log_fields(run)},
+            )
+            return False
     Run.objects.filter(pk=run.pk).update(deadline_exceeded=True)
     run.deadline_exceeded = True
     transitions.action_record(
@@ -541,6 +554,7 @@ def _deadline_act(run: Run, steps: list[StepRun]) -> None:
         )
         _announce(run.pk, "failed")
         _wake_waiters(run)
+    return True
 
 
 def _announce(run_id: int, outcome: str) -> None:
