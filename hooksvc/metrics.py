@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from hooksvc import catalog
 
@@ -44,6 +44,20 @@ STEP_FAILURES = Counter(
     "hooksvc_step_failures",
     "Steps that failed for good (retries exhausted or a permanent error), by step type.",
     ["type"],
+)
+WATCHER_PASSES = Counter(
+    "hooksvc_watcher_passes",
+    "The Cluster watcher's lists and watches, by outcome (ok, failed, gone).",
+    ["outcome"],
+)
+WATCHER_REMOVALS = Counter(
+    "hooksvc_watcher_removals",
+    "Deleted Clusters without a topology for which the watcher ensured removal runs.",
+)
+WATCHER_LAST_OK = Gauge(
+    "hooksvc_watcher_last_ok_timestamp_seconds",
+    "When the Cluster watcher last listed or watched Clusters successfully (Unix time).",
+    multiprocess_mode="max",
 )
 
 

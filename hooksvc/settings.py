@@ -51,6 +51,7 @@ ENVIRONMENT: dict[str, str] = {
     " file in $KUBECONFIG, then ~/.kube/config); in a Pod its ServiceAccount is used",
     "HOOKSVC_REQUEST_DEADLINE_SECONDS": "a request is cut off after this long, default 30",
     "HOOKSVC_WORKER_METRICS_PORT": "a Celery worker serves its own /metrics on this port",
+    "HOOKSVC_WATCHER_PORT": "the Cluster watcher serves /healthz and /metrics on this port",
     "HOOKSVC_METRICS_TOKEN": _METRICS_TOKEN_HELP,
     "PROMETHEUS_MULTIPROC_DIR": "directory where every process writes its metric samples; "
     "default HOOKSVC_DATA_DIR/prometheus (web and worker share it to be counted together)",

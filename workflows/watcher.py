@@ -11,18 +11,26 @@ so handling a Cluster again (a re-list, a restart) changes nothing.
 The watch lists to get a resourceVersion, then watches from it; it re-lists on 410 Gone
 and, after a connection error, backs off and resumes from the last resourceVersion seen.
 An error never ends the loop, and an event is done before its resourceVersion is kept.
+
+With a port, `serve` answers /healthz (the loop is still turning: 503 once it has not
+finished a pass for `stale_after_seconds`, e.g. stuck on a hung connection) and /metrics
+(passes by outcome, removals, the last successful pass). /healthz does not fail while the
+API server is merely unreachable: a restart would not help; alert on the metrics instead.
 """
 
 from __future__ import annotations
 
+import http.server
 import logging
 import random
 import threading
+import time
 from typing import Any
 
 from django.db import close_old_connections, connection, transaction
+from prometheus_client import CollectorRegistry, generate_latest
 
-from hooksvc import catalog, wire
+from hooksvc import catalog, metrics, wire
 from workflows import addons, engine, k8s, selection
 from workflows.models import WorkflowTemplate
 
@@ -52,6 +60,7 @@ def removal_ensure(obj: dict[str, Any]) -> list[int]:
     ]
     if not templates:
         return []
+    metrics.WATCHER_REMOVALS.inc()
     cycle = engine.wait_cycle(templates)
     if cycle:
         logger.error(
@@ -82,6 +91,12 @@ class Watcher:
         self.resource_version = ""
         self.path = ""
         self.failures = 0
+        #: A pass is one list or one watch (up to `timeout_seconds`) or one backoff.
+        self.stale_after_seconds = 2 * (timeout_seconds + BACKOFF_CAP_SECONDS) + 60
+        self.last_pass = time.monotonic()
+
+    def healthy(self) -> bool:
+        return time.monotonic() - self.last_pass < self.stale_after_seconds
 
     def run(self) -> None:
         try:
@@ -98,10 +113,14 @@ class Watcher:
             else:
                 self._watch()
             self.failures = 0
+            metrics.WATCHER_PASSES.labels(outcome="ok").inc()
+            metrics.WATCHER_LAST_OK.set(time.time())
         except k8s.Gone:
             logger.info("watch expired (410 Gone); listing again", extra={"action": "watch_gone"})
+            metrics.WATCHER_PASSES.labels(outcome="gone").inc()
             self.resource_version = ""
         except Exception as exc:
+            metrics.WATCHER_PASSES.labels(outcome="failed").inc()
             self.failures += 1
             cap = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (self.failures - 1))
             # Spreading retries, not a secret.
@@ -116,6 +135,8 @@ class Watcher:
                 },
             )
             self.stop.wait(delay)
+        finally:
+            self.last_pass = time.monotonic()
 
     def _list(self) -> None:
         self.path, found = k8s.list_clusters(k8s.management_api())
@@ -133,6 +154,7 @@ class Watcher:
         )
         for event in events:
             obj = event.get("object") or {}
+            self.last_pass = time.monotonic()
             if event.get("type") in ("ADDED", "MODIFIED"):
                 self._handle(obj)
             version = (obj.get("metadata") or {}).get("resourceVersion")
@@ -145,3 +167,37 @@ class Watcher:
         # A long-lived process: drop a database connection that went stale or broke.
         close_old_connections()
         removal_ensure(obj)
+
+
+#: The watcher's own metrics: it is a process of its own, sharing no files with the web.
+_REGISTRY = CollectorRegistry(auto_describe=True)
+for _metric in (metrics.WATCHER_PASSES, metrics.WATCHER_REMOVALS, metrics.WATCHER_LAST_OK):
+    _REGISTRY.register(_metric)
+
+
+def serve(loop: Watcher, port: int, host: str = "") -> http.server.ThreadingHTTPServer:
+    """Answer /healthz and /metrics for `loop` on `port` (plain HTTP) from a daemon thread."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/healthz":
+                ok = loop.healthy()
+                status, body = (200, b"ok\n") if ok else (503, b"the watch loop is stuck\n")
+                content_type = "text/plain"
+            elif self.path == "/metrics":
+                status, body = 200, generate_latest(_REGISTRY)
+                content_type = "text/plain; version=0.0.4"
+            else:
+                status, body, content_type = 404, b"not found\n", "text/plain"
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # probes every few seconds would drown the watcher's own lines
+
+    server = http.server.ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="watcher-http", daemon=True).start()
+    return server

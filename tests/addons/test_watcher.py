@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from django.test import override_settings
 from tests.addons.profiles import apply, profile
 from tests.support import capi
 from tests.support.kube import KubeEmulator
+from tests.support.servers import free_port
 from workflows import k8s, watcher
 from workflows.models import Run
 
@@ -139,3 +142,62 @@ def test_a_compacted_resource_version_makes_the_watcher_list_again(
     wait_for("the removal run", lambda: bool(removals()))
     assert removals() == [("plain", "addon-remove-prod")]
     assert lists(kube) > listed, "410 Gone: listed again"
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _sample(text: str, name: str) -> float:
+    [line] = [line for line in text.splitlines() if line.startswith(name + " ")]
+    return float(line.split()[-1])
+
+
+def test_the_watcher_serves_its_health_and_counts_its_passes_and_removals(
+    tmp_path: Path, kube: KubeEmulator, running: watcher.Watcher
+) -> None:
+    port = free_port()
+    server = watcher.serve(running, port, host="127.0.0.1")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        apply(tmp_path, profile("prod"))
+        _, before = _get(base + "/metrics")
+        kube.put_object(cluster("plain", topology=False, deleting=True, uid="u-plain"))
+        wait_for("the removal run", lambda: bool(removals()))
+        kube.stop()
+        wait_for(
+            "a failed pass counted",
+            lambda: (
+                _sample(
+                    _get(base + "/metrics")[1], 'hooksvc_watcher_passes_total{outcome="failed"}'
+                )
+                > _sample(before, 'hooksvc_watcher_passes_total{outcome="failed"}')
+            ),
+        )
+        text = _get(base + "/metrics")[1]
+        removed = "hooksvc_watcher_removals_total"
+        assert _sample(text, removed) == _sample(before, removed) + 1
+        assert _sample(text, 'hooksvc_watcher_passes_total{outcome="ok"}') >= 1
+        # The API server being away is not a reason to restart the watcher...
+        assert _get(base + "/healthz") == (200, "ok\n")
+        assert _get(base + "/nothing")[0] == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_watch_loop_that_stopped_turning_fails_its_health() -> None:
+    stuck = watcher.Watcher(stop=threading.Event(), timeout_seconds=60)
+    port = free_port()
+    server = watcher.serve(stuck, port, host="127.0.0.1")
+    try:
+        assert _get(f"http://127.0.0.1:{port}/healthz") == (200, "ok\n")
+        stuck.last_pass -= stuck.stale_after_seconds + 1
+        assert _get(f"http://127.0.0.1:{port}/healthz") == (503, "the watch loop is stuck\n")
+    finally:
+        server.shutdown()
+        server.server_close()

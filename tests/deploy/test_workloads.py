@@ -195,3 +195,21 @@ def test_the_network_policy_admits_capi_on_9443_and_chosen_namespaces_on_admin(
         deny = manifests.find(objects, "NetworkPolicy", "hooksvc-default-deny-ingress")
         assert deny["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "hooksvc"}}
         assert "ingress" not in deny["spec"], name
+
+
+def test_the_watcher_is_probed_and_scraped_on_the_port_it_serves(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    for name, objects in rendered.items():
+        watcher = _container(manifests.find(objects, "Deployment", "hooksvc-watcher"), "watcher")
+        env = {e["name"]: e.get("value") for e in watcher["env"]}
+        port = _ports(watcher)
+        assert port == {"metrics": int(env["HOOKSVC_WATCHER_PORT"])}, name
+        get = watcher["livenessProbe"]["httpGet"]
+        assert (get["path"], port[get["port"]]) == ("/healthz", 9809), name
+        policy = manifests.find(objects, "NetworkPolicy", "hooksvc-watcher-metrics")
+        assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == (
+            "watcher"
+        )
+        [rule] = policy["spec"]["ingress"]
+        assert [p["port"] for p in rule["ports"]] == [9809], name

@@ -5,6 +5,7 @@ Runs until killed (see `workflows.watcher`); one replica is enough, and two are 
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -23,6 +24,15 @@ class Command(BaseCommand):
             default=60,
             help="how long one watch request lasts before it is renewed",
         )
+        parser.add_argument(
+            "--port",
+            type=int,
+            default=int(os.environ.get("HOOKSVC_WATCHER_PORT") or 0),
+            help="serve /healthz and /metrics on this port (plain HTTP); 0: none",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        watcher.Watcher(stop=threading.Event(), timeout_seconds=options["timeout_seconds"]).run()
+        loop = watcher.Watcher(stop=threading.Event(), timeout_seconds=options["timeout_seconds"])
+        if options["port"]:
+            watcher.serve(loop, options["port"])
+        loop.run()
