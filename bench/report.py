@@ -28,6 +28,7 @@ def render(results: dict[str, Any], *, sizes: env.Sizes, quick: bool, minutes: f
         f"{'quick' if quick else 'default'} sizes; {datetime.date.today().isoformat()}; "
         f"{minutes:.0f} minutes in all. The machine is shared: absolute figures move between "
         "runs, the ratios to the baselines measured in the same run are what to compare.",
+        "What the profiles showed and what changed: [performance.md](performance.md).",
         "",
         "| # | measure | figure | baseline (same run) | ratio | target | verdict |",
         "|---|---|---|---|---|---|---|",

@@ -299,7 +299,11 @@ def wake(run_ids: Iterable[int]) -> None:
 
 
 def advance(run_id: int) -> None:
-    """Start `run_id` if it may start, then execute its due steps, one transaction each."""
+    """Start `run_id` if it may start, then execute its due steps.
+
+    Each step that may have side effects runs in a transaction of its own; a chain of
+    inline steps runs in the scheduling transaction (see `_schedule`).
+    """
     while True:
         scheduled = _schedule(run_id)
         if scheduled is None:
@@ -317,7 +321,11 @@ def run_step(step_id: int, *, then_advance: bool = True) -> bool:
 
 
 class _Again:
-    """An inline step finished under the run's lock: schedule the run again."""
+    """A chain of inline steps reached INLINE_CHAIN_LIMIT: commit, then schedule again."""
+
+
+#: Inline steps executed one after another in one transaction, at most.
+INLINE_CHAIN_LIMIT = 50
 
 
 AGAIN = _Again()
@@ -326,8 +334,8 @@ AGAIN = _Again()
 def _schedule(run_id: int) -> int | _Again | None:
     """Under the run's lock: start it, promote steps, settle its state, execute one inline step.
 
-    Returns AGAIN when an inline step finished (its transaction has committed; the next
-    one schedules what it unblocked), or a due step for `run_step` to execute in its own
+    Returns AGAIN when a long chain of inline steps committed part way (the next
+    transaction goes on), or a due step for `run_step` to execute in its own
     transaction, or None when nothing is due now.
     """
     to_enqueue: list[int] = []
@@ -352,13 +360,17 @@ def _schedule(run_id: int) -> int | _Again | None:
         if passed and _deadline_act(run, steps) and run.is_finished:
             return None
         _promote(steps, now)
-        finished = _execute_inline(run, steps, now)
-        if finished:
+        # Inline steps have no side effects, so a chain of them commits as one: were the
+        # transaction lost, running them again gives the same outcomes. One commit (one
+        # WAL flush) per chain instead of per step; the limit bounds the lock's hold.
+        chained = 0
+        while chained < INLINE_CHAIN_LIMIT and _execute_inline(run, steps, now):
+            chained += 1
             _promote(steps, now)
         _settle(run, steps, now)
         if run.state != Run.State.RUNNING:
             return None
-        if finished:
+        if chained == INLINE_CHAIN_LIMIT:
             return AGAIN
         due = [s for s in steps if s.state in StepRun.DUE and s.due_at and s.due_at <= now]
         if due:

@@ -24,9 +24,9 @@ from workflows.models import Run, RunEvent, StepRun, WorkflowTemplate
 
 pytestmark = pytest.mark.django_db
 
-#: The most queries one further `noop` step may cost: lock the run, read its steps, lock
-#: the step, record it, promote the next, update the run's message, and the transaction.
-QUERIES_PER_NOOP_STEP = 8
+#: The most queries one further `noop` step in a chain may cost: lock the step, record
+#: it, promote the next (the chain shares the run's lock, steps read and commit).
+QUERIES_PER_CHAINED_NOOP_STEP = 3
 
 
 @pytest.fixture
@@ -65,6 +65,19 @@ def _run(template: WorkflowTemplate | str, steps: list[dict[str, Any]], cluster:
     return run
 
 
+def _count_schedules(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The run ids `_schedule` is called for: one call is one transaction."""
+    calls: list[int] = []
+    schedule = engine._schedule
+
+    def counted(run_id: int) -> int | engine._Again | None:
+        calls.append(run_id)
+        return schedule(run_id)
+
+    monkeypatch.setattr(engine, "_schedule", counted)
+    return calls
+
+
 def _noop_chain(length: int) -> list[dict[str, Any]]:
     return [
         {"name": f"s{n}", "type": "noop", "dependsOn": [f"s{n - 1}"] if n else []}
@@ -72,17 +85,32 @@ def _noop_chain(length: int) -> list[dict[str, Any]]:
     ]
 
 
-def test_a_noop_chain_costs_one_short_transaction_per_step(
-    sent: list[tuple[str, Any]], django_assert_max_num_queries: Any
+def test_a_noop_chain_runs_in_one_transaction_of_a_few_queries_per_step(
+    sent: list[tuple[str, Any]],
+    django_assert_max_num_queries: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     short = _run("one", _noop_chain(1), cluster="a")
     long = _run("eleven", _noop_chain(11), cluster="b")
     with CaptureQueriesContext(connection) as one_step:
         engine.advance(short.pk)
-    with django_assert_max_num_queries(len(one_step) + 10 * QUERIES_PER_NOOP_STEP):
+    commits = _count_schedules(monkeypatch)
+    with django_assert_max_num_queries(len(one_step) + 10 * QUERIES_PER_CHAINED_NOOP_STEP):
         engine.advance(long.pk)
+    assert commits == [long.pk], "the whole chain was scheduled and executed in one transaction"
     assert set(StepRun.objects.filter(run=long).values_list("state", flat=True)) == {"succeeded"}
     assert Run.objects.get(pk=long.pk).state == "succeeded"
+
+
+def test_a_chain_longer_than_the_limit_commits_part_way_and_goes_on(
+    sent: list[tuple[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine, "INLINE_CHAIN_LIMIT", 4)
+    run = _run("ten", _noop_chain(10))
+    transactions = _count_schedules(monkeypatch)
+    engine.advance(run.pk)
+    assert len(transactions) == 3  # 4 + 4 + 2 steps
+    assert Run.objects.get(pk=run.pk).state == "succeeded"
 
 
 def test_routine_step_progress_writes_no_events_but_run_transitions_do(

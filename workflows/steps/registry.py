@@ -170,8 +170,9 @@ class StepType:
     cleanup: Callable[[StepContext], None] | None = None
     #: The step's timeout when the template gives none.
     default_timeout_seconds: int | None = None
-    #: The function does no I/O and returns at once (it reads only its context and memo):
-    #: the engine may run it under the run's row lock, in the transaction that schedules it.
+    #: The function does no I/O, has no side effects and returns at once (it reads only
+    #: its context and memo): the engine may run it under the run's row lock, in the
+    #: transaction that schedules it, chained with the next (running it twice is harmless).
     inline: bool = False
 
 
