@@ -415,10 +415,24 @@ def _start_blocker(run: Run) -> str:
     spec = run.spec
     name = run.template_name
     for other in spec.get("waitFor") or []:
-        if Run.objects.filter(
-            cluster_key=run.cluster_key, template_name=other, state__in=Run.ACTIVE
-        ).exists():
+        runs = Run.objects.filter(cluster_key=run.cluster_key, template_name=other)
+        if runs.filter(state__in=Run.ACTIVE).exists():
             return f"workflow {name} is waiting for workflow {other} to finish"
+        # A run that holds the lifecycle keeps the order even past a failure: removing an
+        # add-on while what depends on it failed to go would break the dependent. A run
+        # that holds nothing (best effort) goes on. Only the latest run counts, so an old
+        # failure that a later run made good does not block.
+        latest = runs.order_by("-pk").values_list("state", "released").first()
+        if (
+            spec.get("holdsLifecycle", True)
+            and latest is not None
+            and latest[0] in (Run.State.FAILED, Run.State.CANCELLED)
+            and not latest[1]
+        ):
+            return (
+                f"workflow {name} is waiting for workflow {other}, which {latest[0]}; "
+                f"retry or release it"
+            )
     limit = spec.get("concurrency")
     if limit:
         _lock_budget(name)

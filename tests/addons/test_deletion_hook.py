@@ -175,3 +175,40 @@ def test_a_wait_cycle_at_deletion_time_answers_a_failure_naming_it(tmp_path: Pat
     assert answer("BeforeClusterDelete") == expected
     assert answer("BeforeClusterDelete") == expected
     assert removal_runs() == {}
+
+
+def test_an_enforced_removal_waits_past_its_dependents_failure_until_it_is_retried(
+    tmp_path: Path, clusters: KubeEmulator
+) -> None:
+    apply(
+        tmp_path,
+        profile("base", behaviour="EnforceRemovePolicies"),
+        profile("app", behaviour="EnforceRemovePolicies", depends_on=["base"]),
+    )
+    install()
+    answer("BeforeClusterDelete")
+    clusters.fail_next("DELETE", r"/configmaps/app$", 403)
+    settle("BeforeClusterDelete")
+    assert removal_runs() == {"addon-remove-app": "failed", "addon-remove-base": "pending"}
+    assert Run.objects.get(template_name="addon-remove-base").message == (
+        "workflow addon-remove-base is waiting for workflow addon-remove-app, which failed; "
+        "retry or release it"
+    )
+    assert present(clusters) == ["app", "base"], "base stays while app, which uses it, stays"
+    failed = Run.objects.get(template_name="addon-remove-app")
+    actions.run_retry(run_id=failed.pk, actor="cli:ops", reason="RBAC fixed")
+    settle("BeforeClusterDelete")
+    assert removal_runs() == {"addon-remove-app": "succeeded", "addon-remove-base": "succeeded"}
+    assert present(clusters) == []
+
+
+def test_a_best_effort_removal_goes_on_past_its_dependents_failure(
+    tmp_path: Path, clusters: KubeEmulator
+) -> None:
+    apply(tmp_path, profile("base"), profile("app", depends_on=["base"]))
+    install()
+    assert answer("BeforeClusterDelete") == engine.PROCEED
+    clusters.fail_next("DELETE", r"/configmaps/app$", 403)
+    settle("BeforeClusterDelete")
+    assert removal_runs() == {"addon-remove-app": "failed", "addon-remove-base": "succeeded"}
+    assert present(clusters) == ["app"]
