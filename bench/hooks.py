@@ -172,6 +172,8 @@ class Report:
     hook_small: Series
     sync_healthz: Series
     sync_hook: Series
+    asgi_healthz: Series
+    asgi_hook: Series
     queries: dict[str, Any]
     profile: list[tuple[str, float]]
     web_rss_mib: list[float]
@@ -236,6 +238,12 @@ def bench(sizes: env.Sizes) -> Report:
         wrk.run(web.url + PATH, post, connections=4, seconds=warm)
         sync_healthz = sweep("sync /healthz", web.url + "/healthz", get, levels, sizes.wrk_seconds)
         sync_hook = sweep("sync hook", web.url + PATH, post, levels, sizes.wrk_seconds)
+    with procs.asgi_web() as web:
+        wrk.run(web.url + PATH, post, connections=4, seconds=warm)
+        asgi_healthz = sweep(
+            "uvicorn /healthz", web.url + "/healthz", get, levels, sizes.wrk_seconds
+        )
+        asgi_hook = sweep("uvicorn hook", web.url + PATH, post, levels, sizes.wrk_seconds)
     with contextlib.suppress(Exception):
         db.reset()
     return Report(
@@ -244,6 +252,8 @@ def bench(sizes: env.Sizes) -> Report:
         hook_small=small,
         sync_healthz=sync_healthz,
         sync_hook=sync_hook,
+        asgi_healthz=asgi_healthz,
+        asgi_hook=asgi_hook,
         queries=queries,
         profile=prof,
         web_rss_mib=web_rss,

@@ -97,6 +97,46 @@ def web(*, worker_class: str = "gthread", workers: int = 2, threads: int = 8) ->
             process.wait()
 
 
+@contextlib.contextmanager
+def asgi_web(*, workers: int = 2) -> Iterator[Web]:
+    """uvicorn serving hooksvc through Django's ASGI handler, same TLS files and processes."""
+    port = free_port()
+    log = env.DATA_DIR / "uvicorn.log"
+    tls = tls_dir()
+    environ = {**os.environ, **env.process_env(), "HOOKSVC_TLS_DIR": str(tls)}
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "bench.asgi:application",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--ssl-certfile",
+        str(tls / "tls.crt"),
+        "--ssl-keyfile",
+        str(tls / "tls.key"),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
+    with log.open("ab") as out:
+        process = subprocess.Popen(argv, cwd=env.ROOT, env=environ, stdout=out, stderr=out)
+    try:
+        _wait_listening(port, process, log)
+        yield Web(port, process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 @dataclasses.dataclass
 class Worker:
     process: subprocess.Popen[bytes]

@@ -43,6 +43,7 @@ def render(results: dict[str, Any], *, sizes: env.Sizes, quick: bool, minutes: f
         small_near = hooks.hook_small.near(0.8)
         drift = hp.rps / sp.rps - 1
         sync_ratio = hooks.sync_hook.peak.rps / hp.rps
+        asgi_ratio = hooks.asgi_hook.peak.rps / hp.rps
         lines += [
             f"| 1 | hook peak throughput ({hooks.runs:,} runs) "
             f"| {hp.rps:.0f} req/s (c={hp.connections}) "
@@ -62,6 +63,10 @@ def render(results: dict[str, Any], *, sizes: env.Sizes, quick: bool, minutes: f
             f"| {hooks.sync_hook.peak.rps:.0f} req/s "
             f"| gthread {hp.rps:.0f} req/s | {_pct(sync_ratio)} | | "
             f"{'gthread wins' if sync_ratio < 1 else 'sync wins'} |",
+            f"| 1 | ASGI (uvicorn, 2 processes) hook peak "
+            f"| {hooks.asgi_hook.peak.rps:.0f} req/s "
+            f"| gthread {hp.rps:.0f} req/s | {_pct(asgi_ratio)} | | "
+            f"{'gthread wins' if asgi_ratio < 1 else 'uvicorn wins'} |",
         ]
         details += _hooks_details(hooks)
     engine = results.get("engine")
@@ -133,6 +138,8 @@ def _hooks_details(hooks: Any) -> list[str]:
         ("gthread", f"hook, {hooks.clusters:,} runs", hooks.hook_small),
         ("sync", "/healthz", hooks.sync_healthz),
         ("sync", f"hook, {hooks.clusters:,} runs", hooks.sync_hook),
+        ("uvicorn (ASGI)", "/healthz", hooks.asgi_healthz),
+        ("uvicorn (ASGI)", f"hook, {hooks.clusters:,} runs", hooks.asgi_hook),
     ):
         for r in series.results:
             out.append(
@@ -180,8 +187,10 @@ def _notes(sizes: env.Sizes) -> list[str]:
         'wrk is closed-loop (no `-R`), so "80% of peak" is the connection count whose '
         "throughput is nearest 80% of the peak; its share is in the table. The smaller table "
         "holds only the polled runs (an empty one would make every call a first call). The "
-        "sync comparison uses `--worker-class sync` on the same configuration. gevent and "
-        "uvicorn are not installed, so no ASGI or green-thread server was measured.",
+        "sync comparison uses `--worker-class sync` on the same configuration; the ASGI one "
+        "runs uvicorn (`--workers 2`, the same TLS files) on Django's ASGI handler "
+        "(bench/asgi.py), where hooksvc's synchronous views run in one thread per process. "
+        "gevent is not installed: no green-thread server was measured.",
         f"- 2: {sizes.engine_workflows:,} workflows of {sizes.engine_steps} chained `noop` steps "
         f"vs {sizes.plain_tasks:,} `bench.noop` Celery tasks, one worker (`--concurrency 2`), "
         "Redis DB 12 (BENCH_FULL=1: 1,000 workflows, 10,000 tasks).",
