@@ -474,6 +474,9 @@ def test_pod_logs_are_per_container_and_a_pod_of_several_needs_one_named(
     kube.set_pod_log("default", "p", "<junit/>\n", container="results")
     assert core.read_namespaced_pod_log("p", "default", container="runner") == "tests ran\n"
     assert core.read_namespaced_pod_log("p", "default", container="results") == "<junit/>\n"
+    assert (
+        core.read_namespaced_pod_log("p", "default", container="runner", limit_bytes=5) == "tests"
+    )
     with pytest.raises(ApiException) as exc:
         core.read_namespaced_pod_log("p", "default")
     assert exc.value.status == 400

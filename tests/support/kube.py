@@ -320,9 +320,7 @@ class KubeEmulator:
             if method == "DELETE" and not status_only:
                 return web.json_response(self._store.delete(res, ns, name))
         elif sub == "log" and res.kind == "Pod" and method == "GET":
-            text = self._store.pod_log(res, ns, name, query.get("container", ""))
-            if tail := query.get("tailLines"):
-                text = "".join(text.splitlines(keepends=True)[-int(tail) :])
+            text = self._store.pod_log(res, ns, name, query)
             return web.Response(text=text, content_type="text/plain")
         else:
             raise ApiError(404, "the server could not find the requested resource")

@@ -17,7 +17,7 @@ import datetime
 import json
 import secrets
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import yaml
@@ -175,8 +175,9 @@ class Store:
         for name in _DEFAULT_NAMESPACES:
             self.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
-    def pod_log(self, res: Resource, ns: str, name: str, container: str) -> str:
-        """A container's log; like kube-apiserver, a pod of several needs the container named."""
+    def pod_log(self, res: Resource, ns: str, name: str, query: Mapping[str, str]) -> str:
+        """A container's log (tailLines, limitBytes); a pod of several needs its container named."""
+        container = query.get("container", "")
         pod = self.existing(res, ns, name)
         names = [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or []]
         if not container and len(names) > 1:
@@ -190,7 +191,12 @@ class Store:
         found = self.logs.get((ns, name, container or (names[0] if names else "")))
         if found is None and len(names) <= 1:
             found = self.logs.get((ns, name, ""))
-        return found or ""
+        text = found or ""
+        if tail := query.get("tailLines"):
+            text = "".join(text.splitlines(keepends=True)[-int(tail) :])
+        if limit := query.get("limitBytes"):
+            text = text.encode()[: int(limit)].decode(errors="ignore")
+        return text
 
     def compact(self) -> None:
         self.history.clear()
