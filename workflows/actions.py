@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from workflows import engine, transitions
+from workflows import cleanups, engine, transitions
 from workflows.models import Run, StepRun
 
 
@@ -107,10 +107,13 @@ def run_cancel(*, run_id: int, actor: str, reason: str) -> Run:
         run = _lock_run(run_id)
         if run.is_finished:
             raise ActionError(f"run {run.pk} is already {run.state}")
-        for step in run.steps.exclude(state__in=StepRun.FINISHED):
+        unfinished = list(run.steps.exclude(state__in=StepRun.FINISHED))
+        for step in unfinished:
             transitions.step_move(
                 step, StepRun.State.CANCELLED, allowed_from=[step.state], record=False
             )
+        # What the started steps created (a conformance Namespace, ...) is deleted after commit.
+        cleanups.after_cancel(unfinished)
         transitions.run_move(
             run,
             Run.State.CANCELLED,

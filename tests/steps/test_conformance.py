@@ -7,7 +7,8 @@ containers) field by field, created once however often the start runs; the versi
 per hook; counts and failed test names from the JUnit file, which is kept with the run and
 downloadable in the admin; the e2e log summary when the JUnit file is missing, malformed or
 oversized; the flaky allowlist and the pass threshold; cleanup after success, failure and
-(through the engine) a timeout, with the two-hour default.
+(through the engine) a timeout, with the two-hour default; the cancel cleanup task's
+failure and retry paths (the worker tests cover the cleanup itself).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import base64
 import datetime
 import gzip
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -26,8 +28,8 @@ from tests.steps.conftest import CLUSTER, CLUSTER_UID, NS, Context, run
 from tests.support import capi
 from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
-from workflows import engine, errors
-from workflows.models import Run, StepArtifact, StepRun
+from workflows import actions, cleanups, engine, errors
+from workflows.models import Run, RunEvent, StepArtifact, StepRun
 from workflows.steps import conformance, junit, registry
 
 RBAC = ("rbac.authorization.k8s.io", "v1", "clusterrolebindings")
@@ -624,3 +626,49 @@ def test_a_template_timeout_replaces_the_default() -> None:
     )
     engine.advance(run_.pk)
     assert StepRun.objects.get(run=run_).timeout_seconds == 600
+
+
+def cancelled_run(kube: KubeEmulator, capture: Any) -> tuple[Run, StepRun, str]:
+    """A run whose conformance step started, then cancelled (the cleanup task not sent)."""
+    template = wf.template(
+        "conformance-after-upgrade",
+        hook="AfterClusterUpgrade",
+        steps=[{"name": "conformance", "type": "conformance"}],
+    )
+    cluster = capi.cluster_v1beta2(name=CLUSTER, namespace=NS, uid=CLUSTER_UID)
+    [run_] = engine.runs_ensure(
+        templates=[template], call=wf.call("AfterClusterUpgrade", cluster=cluster)
+    )
+    engine.advance(run_.pk)
+    name = f"hooksvc-{run_.pk}-conformance"
+    assert kube.get_object("", "v1", "namespaces", None, name) is not None
+    with capture(execute=False) as callbacks:
+        actions.run_cancel(run_id=run_.pk, actor="alice", reason="window closed")
+    assert callbacks, "the cleanup is sent after the cancel commits"
+    return run_, StepRun.objects.get(run=run_), name
+
+
+@pytest.mark.django_db
+def test_a_cleanup_that_fails_is_recorded_without_the_error_text(
+    kube: KubeEmulator, django_capture_on_commit_callbacks: Any
+) -> None:
+    run_, step, name = cancelled_run(kube, django_capture_on_commit_callbacks)
+    kube.fail_next("DELETE", "/clusterrolebindings/", 503)
+    assert cleanups.step_cleanup(step.pk) is False
+    event = RunEvent.objects.get(run=run_, name="cleanup")
+    assert event.message == "cleanup of cancelled step conformance failed; see hooksvc logs"
+    assert kube.get_object("", "v1", "namespaces", None, name) is not None
+    assert cleanups.step_cleanup(step.pk) is True  # the task may run again; it deletes then
+    assert kube.get_object("", "v1", "namespaces", None, name) is None
+
+
+@pytest.mark.django_db
+def test_a_cleanup_that_comes_after_a_retry_leaves_the_retry_alone(
+    kube: KubeEmulator, django_capture_on_commit_callbacks: Any
+) -> None:
+    run_, step, name = cancelled_run(kube, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=False):
+        actions.run_retry(run_id=run_.pk, actor="alice", reason="window open again")
+    assert cleanups.step_cleanup(step.pk) is False
+    assert not RunEvent.objects.filter(run=run_, name="cleanup").exists()
+    assert kube.get_object("", "v1", "namespaces", None, name) is not None
