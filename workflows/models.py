@@ -190,7 +190,8 @@ class StepArtifact(models.Model):
     #: The file's bytes; the step caps the size (PostgreSQL compresses large values).
     content = models.BinaryField()
     size = models.PositiveIntegerField()
-    created_at = models.DateTimeField(auto_now=True)
+    #: When the step stored it last (a repeated attempt replaces the file).
+    stored_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["step_id", "name"]

@@ -26,7 +26,7 @@ class Migration(migrations.Migration):
                 ),
                 ("content", models.BinaryField()),
                 ("size", models.PositiveIntegerField()),
-                ("created_at", models.DateTimeField(auto_now=True)),
+                ("stored_at", models.DateTimeField(auto_now=True)),
                 (
                     "step",
                     models.ForeignKey(
