@@ -12,7 +12,7 @@ import datetime
 from django.db import OperationalError, transaction
 from django.db.models import QuerySet
 
-from workflows import engine, transitions
+from workflows import cleanups, engine, transitions
 from workflows.models import Run, StepRun
 
 #: PostgreSQL's SQLSTATE for a NOWAIT lock that another transaction holds.
@@ -139,10 +139,13 @@ def run_cancel(*, run_id: int, actor: str, reason: str) -> Run:
         run = _lock_run(run_id)
         if run.is_finished:
             raise ActionError(f"run {run.pk} is already {run.state}")
-        for step in _lock_steps(run, run.steps.exclude(state__in=StepRun.FINISHED)):
+        unfinished = _lock_steps(run, run.steps.exclude(state__in=StepRun.FINISHED))
+        for step in unfinished:
             transitions.step_move(
                 step, StepRun.State.CANCELLED, allowed_from=[step.state], record=False
             )
+        # What the started steps created (a conformance Namespace, ...) is deleted after commit.
+        cleanups.after_cancel(unfinished)
         transitions.run_move(
             run,
             Run.State.CANCELLED,

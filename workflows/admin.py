@@ -13,16 +13,18 @@ from typing import Any
 import yaml
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Count, Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.http import content_disposition_header
 
-from workflows import actions, addons, redaction, spec
+from workflows import actions, addons, artifacts, redaction, spec
 from workflows.models import AddonProfile, HookCall, Run, RunEvent, StepRun, WorkflowTemplate
 
 STATE_COLOURS = {
@@ -67,6 +69,7 @@ class StepInline(ReadOnlyMixin, admin.TabularInline):  # type: ignore[type-arg]
         "finished_at",
         "message",
         "output",
+        "files",
         "step_actions",
     )
     readonly_fields = fields
@@ -81,6 +84,21 @@ class StepInline(ReadOnlyMixin, admin.TabularInline):  # type: ignore[type-arg]
             "approval" if waiting_approval else step.state,
             "waiting for approval" if waiting_approval else step.state,
         )
+
+    @admin.display(description="files")
+    def files(self, step: StepRun) -> str:
+        # Names and sizes only: the content stays in the database until it is downloaded.
+        found = step.artifacts.values_list("name", "size")
+        links = [
+            format_html(
+                '<a href="{}" download>{}</a> ({} bytes)',
+                reverse("admin:workflows_run_artifact", args=[step.run_id, step.name, name]),
+                name,
+                size,
+            )
+            for name, size in found
+        ]
+        return format_html(" ".join(["{}"] * len(links)), *links) if links else "-"
 
     @admin.display(description="actions")
     def step_actions(self, step: StepRun) -> str:
@@ -260,6 +278,11 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
                 self.admin_site.admin_view(self.step_action_view),
                 name="workflows_run_step_action",
             ),
+            path(
+                "<int:run_id>/step/<str:step_name>/file/<str:name>",
+                self.admin_site.admin_view(self.artifact_view),
+                name="workflows_run_artifact",
+            ),
         ]
         return own + super().get_urls()
 
@@ -281,6 +304,19 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
         )[:HOOK_CALLS_SHOWN]
         context = {**(extra_context or {}), "run_actions": links, "hook_calls": calls}
         return super().change_view(request, object_id, form_url, context)
+
+    def artifact_view(
+        self, request: HttpRequest, run_id: int, step_name: str, name: str
+    ) -> HttpResponse:
+        """A file a step kept (the conformance JUnit), as a download."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        found = artifacts.artifact_get(run_id=run_id, step_name=step_name, name=name)
+        if found is None:
+            raise Http404(f"run {run_id} step {step_name} has no file {name}")
+        response = HttpResponse(bytes(found.content), content_type=found.content_type)
+        response["Content-Disposition"] = content_disposition_header(True, found.name)
+        return response
 
     def run_action_view(self, request: HttpRequest, run_id: int, action: str) -> HttpResponse:
         run = get_object_or_404(Run, pk=run_id)

@@ -27,7 +27,7 @@ from django.db.models import FilteredRelation, Q
 from django.utils import timezone
 
 from hooksvc import catalog, metrics, wire
-from workflows import errors, selection, spec, transitions
+from workflows import cleanups, errors, selection, spec, transitions
 from workflows.models import Run, StepRun, WorkflowTemplate
 from workflows.steps import registry
 
@@ -572,6 +572,7 @@ def _deadline_act(run: Run, steps: list[StepRun]) -> bool:
                 transitions.step_move(
                     step, StepRun.State.CANCELLED, allowed_from=[step.state], record=False
                 )
+        cleanups.after_cancel(s for s in steps if s.state == StepRun.State.CANCELLED)
         transitions.run_move(
             run,
             Run.State.FAILED,

@@ -180,6 +180,29 @@ class StepRun(models.Model):
         return f"{self.name} ({self.type})"
 
 
+class StepArtifact(models.Model):
+    """A file a step keeps with its run (the conformance JUnit), downloadable in the admin."""
+
+    step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="artifacts")
+    #: The file's name as the step found it (junit_01.xml).
+    name = models.CharField(max_length=100)
+    content_type = models.CharField(max_length=100, default="application/octet-stream")
+    #: The file's bytes; the step caps the size (PostgreSQL compresses large values).
+    content = models.BinaryField()
+    size = models.PositiveIntegerField()
+    #: When the step stored it last (a repeated attempt replaces the file).
+    stored_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["step_id", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["step", "name"], name="workflows_artifact_name_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class RunEvent(models.Model):
     """The audit trail of a run: every transition and every operator action, with who and why."""
 

@@ -128,7 +128,11 @@ def test_the_cluster_role_grants_exactly_the_listed_rules(
 def test_no_rule_anywhere_has_a_wildcard(
     rendered: dict[str, list[manifests.Obj]], tmp_path: Path
 ) -> None:
-    targets = {**rendered, "namespaced-secrets": _namespaced(tmp_path)}
+    targets = {
+        **rendered,
+        "namespaced-secrets": _namespaced(tmp_path / "namespaced"),
+        "management-steps": _component("management-steps", tmp_path / "management"),
+    }
     for name, objects in targets.items():
         for role in (o for o in objects if o["kind"] in RBAC_KINDS):
             assert not wildcards(role["rules"]), f"{name}: {manifests.id_of(role)}"
@@ -147,10 +151,15 @@ def test_the_wildcard_check_finds_a_star_in_any_field(rule: dict[str, Any]) -> N
     assert wildcards([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}, rule])
 
 
-def _namespaced(tmp_path: Path) -> list[manifests.Obj]:
+def _component(name: str, tmp_path: Path) -> list[manifests.Obj]:
     if manifests.kubectl() is None:
         pytest.skip("kubectl is not installed (README, 'Deploy on Kubernetes')")
-    return manifests.render_with_component("namespaced-secrets", tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    return manifests.render_with_component(name, tmp_path)
+
+
+def _namespaced(tmp_path: Path) -> list[manifests.Obj]:
+    return _component("namespaced-secrets", tmp_path)
 
 
 def test_the_namespaced_component_moves_secrets_to_a_role(tmp_path: Path) -> None:
@@ -164,6 +173,38 @@ def test_the_namespaced_component_moves_secrets_to_a_role(tmp_path: Path) -> Non
     binding = manifests.find(objects, "RoleBinding", "hooksvc-secrets")
     assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
     assert binding["roleRef"]["name"] == "hooksvc-secrets"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "hooksvc", "namespace": "hooksvc-system"}
+    ]
+
+
+def test_the_management_steps_component_grants_configmaps_and_jobs_in_one_namespace(
+    tmp_path: Path,
+) -> None:
+    objects = _component("management-steps", tmp_path)
+    cluster_rules = _rule_set(manifests.find(objects, "ClusterRole", "hooksvc")["rules"])
+    assert cluster_rules == EXPECTED_CLUSTER_RULES, "the cluster-wide grant is unchanged"
+    roles = [o for o in objects if o["kind"] in RBAC_KINDS]
+    assert sorted(manifests.id_of(r) for r in roles) == [
+        "ClusterRole/hooksvc",
+        "Role/hooksvc-management-steps",
+    ]
+    role = manifests.find(objects, "Role", "hooksvc-management-steps")
+    assert role["metadata"]["namespace"] == "hooksvc-system"
+    # addon_install's configMapRef; k8s_job's Job, its pods and their logs (cluster: management).
+    assert _rule_set(role["rules"]) == {
+        ("", "configmaps"): {"get"},
+        ("batch", "jobs"): {"create", "get", "delete"},
+        ("", "pods"): {"get", "list"},
+        ("", "pods/log"): {"get"},
+    }
+    binding = manifests.find(objects, "RoleBinding", "hooksvc-management-steps")
+    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "hooksvc-management-steps",
+    }
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "hooksvc", "namespace": "hooksvc-system"}
     ]

@@ -463,6 +463,32 @@ def test_pod_log_answers_what_the_test_set(kube: KubeEmulator, core: Api) -> Non
     assert core.read_namespaced_pod_log("p", "default", tail_lines=2) == "two\nthree\n"
 
 
+def test_pod_logs_are_per_container_and_a_pod_of_several_needs_one_named(
+    kube: KubeEmulator, core: Api
+) -> None:
+    containers = [{"name": "runner", "image": "x"}, {"name": "results", "image": "y"}]
+    core.create_namespaced_pod(
+        "default", {"metadata": {"name": "p"}, "spec": {"containers": containers}}
+    )
+    kube.set_pod_log("default", "p", "tests ran\n", container="runner")
+    kube.set_pod_log("default", "p", "<junit/>\n", container="results")
+    assert core.read_namespaced_pod_log("p", "default", container="runner") == "tests ran\n"
+    assert core.read_namespaced_pod_log("p", "default", container="results") == "<junit/>\n"
+    assert (
+        core.read_namespaced_pod_log("p", "default", container="runner", limit_bytes=5) == "tests"
+    )
+    with pytest.raises(ApiException) as exc:
+        core.read_namespaced_pod_log("p", "default")
+    assert exc.value.status == 400
+    assert status_of(exc)["reason"] == "BadRequest"
+    assert status_of(exc)["message"] == (
+        "a container name must be specified for pod p, choose one of: [runner results]"
+    )
+    with pytest.raises(ApiException) as exc:
+        core.read_namespaced_pod_log("p", "default", container="sidecar")
+    assert status_of(exc)["message"] == "container sidecar is not valid for pod p"
+
+
 def test_declared_resources_are_served(kube: KubeEmulator, custom: Api) -> None:
     kube.declare("example.com", "v1", "widgets", "Widget", namespaced=True)
     body = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}

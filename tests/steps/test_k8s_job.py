@@ -1,7 +1,8 @@
 """`k8s_job` against the emulator: the Job it creates, success, failure and its log tail.
 
 The test plays the Job controller and the kubelet: it puts the Job's pod (labelled
-`job-name`), serves its log and sets the Job's status.
+`job-name`), serves its log and sets the Job's status. `cleanup` (cancel, timeout) stops a
+running Job and leaves a finished one.
 """
 
 from __future__ import annotations
@@ -137,3 +138,22 @@ def test_an_unreachable_api_server_is_retried_without_a_second_job(
     assert exc.value.message == f"Job ops/{NAME}: API server answered 503 Service Unavailable"
     assert isinstance(run(ctx), registry.Poll)
     assert len(kube.list_objects(*JOBS)) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "deleted"),
+    [({}, True), ({"failed": 3}, False), ({"succeeded": 1}, False)],
+    ids=["running", "failed", "succeeded"],
+)
+def test_cleanup_stops_a_running_job_and_leaves_a_finished_one(
+    kube: KubeEmulator, context: Context, status: dict[str, Any], deleted: bool
+) -> None:
+    ctx = context("k8s_job", {**PARAMS, "cluster": "management"}, step_name="migrate")
+    step_type = registry.get("k8s_job")
+    assert step_type.cleanup is not None
+    step_type.cleanup(ctx)  # before the Job was created: nothing to do
+    run(ctx)
+    if status:
+        kube.set_status(*JOBS, "ops", NAME, status)
+    step_type.cleanup(ctx)
+    assert (kube.get_object(*JOBS, "ops", NAME) is None) is deleted

@@ -180,9 +180,9 @@ class KubeEmulator:
             self._store.set_status, resource, namespace or "", name, copy.deepcopy(status)
         )
 
-    def set_pod_log(self, namespace: str, name: str, text: str) -> None:
-        """What `GET .../pods/<name>/log` answers for that pod."""
-        self._call(self._store.logs.__setitem__, (namespace, name), text)
+    def set_pod_log(self, namespace: str, name: str, text: str, container: str = "") -> None:
+        """What `GET .../pods/<name>/log` answers for that pod's container ("": its only one)."""
+        self._call(self._store.logs.__setitem__, (namespace, name, container), text)
 
     def fail_next(self, method: str, path_regex: str, code: int, times: int = 1) -> None:
         """Answer the next `times` requests matching method ("*": any) and path with `code`."""
@@ -320,10 +320,7 @@ class KubeEmulator:
             if method == "DELETE" and not status_only:
                 return web.json_response(self._store.delete(res, ns, name))
         elif sub == "log" and res.kind == "Pod" and method == "GET":
-            self._store.existing(res, ns, name)
-            text = self._store.logs.get((ns, name), "")
-            if tail := query.get("tailLines"):
-                text = "".join(text.splitlines(keepends=True)[-int(tail) :])
+            text = self._store.pod_log(res, ns, name, query)
             return web.Response(text=text, content_type="text/plain")
         else:
             raise ApiError(404, "the server could not find the requested resource")

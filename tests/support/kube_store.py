@@ -17,7 +17,7 @@ import datetime
 import json
 import secrets
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import yaml
@@ -160,7 +160,8 @@ class Store:
         self.history: collections.deque[Change] = collections.deque(maxlen=HISTORY)
         self.compacted_rv = 0
         self.watchers: set[asyncio.Queue[Change | None]] = set()
-        self.logs: dict[tuple[str, str], str] = {}
+        #: Pod logs by (namespace, pod, container); container "" is a pod's only container.
+        self.logs: dict[tuple[str, str, str], str] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -173,6 +174,29 @@ class Store:
         self.resources = {(r.group, r.version, r.plural): r for r in BUILTINS}
         for name in _DEFAULT_NAMESPACES:
             self.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+    def pod_log(self, res: Resource, ns: str, name: str, query: Mapping[str, str]) -> str:
+        """A container's log (tailLines, limitBytes); a pod of several needs its container named."""
+        container = query.get("container", "")
+        pod = self.existing(res, ns, name)
+        names = [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or []]
+        if not container and len(names) > 1:
+            raise ApiError(
+                400,
+                f"a container name must be specified for pod {name}, "
+                f"choose one of: [{' '.join(names)}]",
+            )
+        if container and container not in names:
+            raise ApiError(400, f"container {container} is not valid for pod {name}")
+        found = self.logs.get((ns, name, container or (names[0] if names else "")))
+        if found is None and len(names) <= 1:
+            found = self.logs.get((ns, name, ""))
+        text = found or ""
+        if tail := query.get("tailLines"):
+            text = "".join(text.splitlines(keepends=True)[-int(tail) :])
+        if limit := query.get("limitBytes"):
+            text = text.encode()[: int(limit)].decode(errors="ignore")
+        return text
 
     def compact(self) -> None:
         self.history.clear()

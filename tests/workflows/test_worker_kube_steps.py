@@ -3,7 +3,8 @@
 CAPI calls the hook over HTTPS; the worker (its management cluster is the emulator, through
 HOOKSVC_KUBECONFIG) reads the workload kubeconfig Secret, snapshots the PVC and polls; the
 test plays the snapshot controller; the run's start and success end up as Events on the
-Cluster.
+Cluster. A conformance step cancelled by an operator, or by `onDeadline: Fail`, has its
+Namespace and ClusterRoleBinding deleted by the worker's cleanup task.
 
 (Named to run after test_outages.py: that module expects no worker to be running yet.)
 """
@@ -20,12 +21,14 @@ from tests.support import capi, servers
 from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
 from tests.support.worker import Worker
-from workflows.models import Run
+from workflows import actions, engine
+from workflows.models import Run, RunEvent
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 HOOK = "BeforeClusterUpgrade"
 SNAP = ("snapshot.storage.k8s.io", "v1", "volumesnapshots")
+RBAC = ("rbac.authorization.k8s.io", "v1", "clusterrolebindings")
 
 
 def call_hook(server: servers.HookServer) -> dict[str, Any]:
@@ -130,3 +133,65 @@ def test_an_api_server_that_fails_and_goes_down_delays_the_run_but_nothing_happe
         "one snapshot"
     )
     assert run.steps.get().failures >= 2, "the 500s and 429s were retried"
+
+
+def conformance_setup(kube: KubeEmulator, **spec_fields: Any) -> None:
+    """A workload cluster and a template whose conformance step polls every second."""
+    kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    put_kubeconfig_secret(kube)
+    step = {"name": "conformance", "type": "conformance", "with": {"pollSeconds": 1}}
+    # A second conformance step that never starts: only a started step is cleaned up.
+    later = {**step, "name": "again", "dependsOn": ["conformance"]}
+    wf.template(
+        "conformance-before-upgrade", retryAfterSeconds=1, steps=[step, later], **spec_fields
+    )
+
+
+def running_conformance(hook_server: servers.HookServer, kube: KubeEmulator) -> tuple[Run, str]:
+    call_hook(hook_server)
+    run = Run.objects.get()
+    name = f"hooksvc-{run.pk}-conformance"
+    wait_for(
+        "the step to poll", lambda: run.steps.filter(name="conformance", state="waiting").exists()
+    )
+    assert kube.get_object("", "v1", "pods", name, "e2e-conformance") is not None
+    assert kube.get_object(*RBAC, None, name) is not None
+    return run, name
+
+
+def cleaned_up(kube: KubeEmulator, run: Run, name: str) -> None:
+    wait_for(
+        "the Namespace deleted", lambda: not kube.get_object("", "v1", "namespaces", None, name)
+    )
+    assert kube.get_object(*RBAC, None, name) is None
+    wait_for("the cleanup event", lambda: RunEvent.objects.filter(run=run, name="cleanup").exists())
+    events = RunEvent.objects.filter(run=run, name="cleanup")
+    assert [(e.step_name, e.actor, e.message) for e in events] == [
+        ("conformance", "hooksvc", "cleanup of cancelled step conformance ran")
+    ]
+
+
+def test_cancelling_a_running_conformance_step_deletes_what_it_created(
+    hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
+) -> None:
+    conformance_setup(kube)
+    run, name = running_conformance(hook_server, kube)
+    actions.run_cancel(run_id=run.pk, actor="alice", reason="the upgrade window closed")
+    cleaned_up(kube, run, name)
+    assert sorted(run.steps.values_list("name", "state")) == [
+        ("again", "cancelled"),
+        ("conformance", "cancelled"),
+    ]
+
+
+def test_a_run_failed_by_its_deadline_cleans_up_its_conformance_step(
+    hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
+) -> None:
+    conformance_setup(kube, deadlineSeconds=3600, onDeadline="Fail")
+    run, name = running_conformance(hook_server, kube)
+    # The deadline passes: the worker acts on it at the run's next wake-up.
+    Run.objects.filter(pk=run.pk).update(deadline_at=engine.clock())
+    engine.wake([run.pk])
+    cleaned_up(kube, run, name)
+    run.refresh_from_db()
+    assert run.state == "failed"

@@ -2,11 +2,15 @@
 
 The step makes its own Namespace, a ServiceAccount there, a ClusterRoleBinding of it to
 `cluster-admin`, and a Pod running `registry.k8s.io/conformance:<version>` (the image's
-runner reads E2E_FOCUS, E2E_SKIP and E2E_PARALLEL). When the Pod ends, the counts and the
-failed tests' names are read from the e2e log summary in the Pod's log; an allowlist of
-known-flaky tests and a pass threshold decide success. Whatever the outcome, the step
-deletes the Namespace and the ClusterRoleBinding before it reports it; when the engine
-fails the step itself (timeout, retries spent), `cleanup` does.
+runner reads E2E_FOCUS, E2E_SKIP and E2E_PARALLEL). A second container, `results` (busybox),
+shares the results directory and prints the runner's JUnit file into its log once the
+runner is done (see `junit`): there is no exec without websockets, but a log can be read.
+When the runner ends, the counts and the failed tests' names come from that JUnit file,
+which is kept with the run (a `StepArtifact`); without a readable JUnit file they come from
+the e2e log summary in the runner's log. An allowlist of known-flaky tests and a pass
+threshold decide success. Whatever the outcome, the step deletes the Namespace and the
+ClusterRoleBinding before it reports it; when the engine fails the step itself (timeout,
+retries spent) or an operator cancels it, `cleanup` does.
 """
 
 from __future__ import annotations
@@ -14,12 +18,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from workflows import errors, k8s
-from workflows.steps import objects, registry
+from workflows import artifacts, errors, k8s
+from workflows.steps import junit, objects, registry
 
 RBAC_API = "rbac.authorization.k8s.io/v1"
 SERVICE_ACCOUNT = "conformance"
 POD = "e2e-conformance"
+RUNNER = "conformance"
+RESULTS = "results"
+#: The busybox of the e2e test images: a site that mirrors conformance has it already.
+RESULTS_IMAGE = "e2e-test-images/busybox:1.36.1-1"
+#: Polls to wait, once the runner ended, for the results container to print the JUnit file.
+RESULTS_WAIT_POLLS = 3
 #: Lines read from the end of the Pod's log: the summary and the failure list are there.
 LOG_LINES = 3000
 #: The excerpt kept in the step's output.
@@ -47,6 +57,8 @@ PARAMS = {
     "registry": registry.Param(str, default="registry.k8s.io"),
     #: The whole image reference; overrides registry and version.
     "image": registry.Param(str),
+    #: The results container's image (busybox: sh, gzip, base64); by default from `registry`.
+    "resultsImage": registry.Param(str),
     #: The cluster's Kubernetes version; by default the version the hook reports.
     "version": registry.Param(str),
     "focus": registry.Param(str, default=r"\[Conformance\]"),
@@ -82,7 +94,7 @@ def _names(ctx: registry.StepContext) -> dict[str, str]:
     return {"namespace": name, "clusterRoleBinding": name}
 
 
-def _create(ctx: registry.StepContext, api: k8s.ApiClient, image: str) -> None:
+def _create(ctx: registry.StepContext, api: k8s.ApiClient, image: str, results_image: str) -> None:
     names = _names(ctx)
     ns, labels = names["namespace"], objects.labels(ctx)
     objects.ensure(
@@ -134,12 +146,22 @@ def _create(ctx: registry.StepContext, api: k8s.ApiClient, image: str) -> None:
             "restartPolicy": "Never",
             "containers": [
                 {
-                    "name": "conformance",
+                    "name": RUNNER,
                     "image": image,
                     "imagePullPolicy": "IfNotPresent",
                     "env": [{"name": k, "value": v} for k, v in env.items()],
                     "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
-                }
+                },
+                {
+                    "name": RESULTS,
+                    "image": results_image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", junit.SCRIPT],
+                    "env": [{"name": "RESULTS_DIR", "value": RESULTS_DIR}],
+                    "volumeMounts": [
+                        {"name": "results", "mountPath": RESULTS_DIR, "readOnly": True}
+                    ],
+                },
             ],
             "volumes": [{"name": "results", "emptyDir": {}}],
         },
@@ -212,31 +234,77 @@ def _decide(ctx: registry.StepContext, results: dict[str, Any]) -> tuple[bool, s
     return False, message + (": " + "; ".join(names) if names else "")
 
 
-def _finish(ctx: registry.StepContext, api: k8s.ApiClient, pod: objects.JSON) -> None:
-    """Read the results of the ended Pod into memo["result"]."""
+def _read_junit(ctx: registry.StepContext, api: k8s.ApiClient) -> tuple[dict[str, Any], Any]:
+    """What the output says of the JUnit file, and the results read from it (None: unusable).
+
+    The file is kept with the run as soon as it is out of the log, also when it then
+    fails to parse: a platform engineer may want to look at it.
+    """
     ns = _names(ctx)["namespace"]
     log = k8s.call(
         k8s.core(api).read_namespaced_pod_log,
         POD,
         ns,
-        container="conformance",
+        container=RESULTS,
+        limit_bytes=junit.LOG_LIMIT_BYTES,
+        what=f"log of Pod {ns}/{POD} container {RESULTS}",
+    )
+    info: dict[str, Any] = {}
+    try:
+        content = junit.extract(str(log or ""))
+        if content is None:
+            return {"junitError": "the runner wrote no JUnit file"}, None
+        artifacts.artifact_store(
+            run_id=ctx.run_id,
+            step_name=ctx.step_name,
+            name=junit.FILE,
+            content=content,
+            content_type="application/xml",
+        )
+        info["junitFile"] = junit.FILE
+        return info, junit.parse(content)
+    except junit.JUnitError as exc:
+        return {**info, "junitError": str(exc)}, None
+
+
+def _runner(pod: objects.JSON) -> objects.JSON:
+    """The runner container's `state.terminated`, or {} while it has not ended."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == RUNNER:
+            terminated: objects.JSON = (status.get("state") or {}).get("terminated") or {}
+            return terminated
+    return {}
+
+
+def _finish(ctx: registry.StepContext, api: k8s.ApiClient, phase: str) -> None:
+    """Read the results of the ended runner into memo["result"]."""
+    ns = _names(ctx)["namespace"]
+    log = k8s.call(
+        k8s.core(api).read_namespaced_pod_log,
+        POD,
+        ns,
+        container=RUNNER,
         tail_lines=LOG_LINES,
         what=f"log of Pod {ns}/{POD}",
     )
-    results = parse_results(log or "")
-    output: dict[str, Any] = {"image": ctx.memo["image"], "phase": pod["status"]["phase"]}
+    info, results = _read_junit(ctx, api)
+    source = "junit"
+    if results is None:
+        results, source = parse_results(log or ""), "e2e log"
+    output: dict[str, Any] = {"image": ctx.memo["image"], "phase": phase, **info}
+    excerpt = objects.tail(log or "", EXCERPT_CHARS)
     if not results:
         ctx.memo["result"] = {
             "ok": False,
-            "message": f"conformance Pod {ns}/{POD} ended {output['phase']} without a summary",
-            "output": {**output, "log": objects.tail(log or "", EXCERPT_CHARS)},
+            "message": f"conformance Pod {ns}/{POD} ended {phase} without a summary",
+            "output": {**output, "log": excerpt},
         }
         return
     ok, message = _decide(ctx, results)
     ctx.memo["result"] = {
         "ok": ok,
         "message": message,
-        "output": {**output, **results, "log": objects.tail(log or "", EXCERPT_CHARS)},
+        "output": {**output, "resultsFrom": source, **results, "log": excerpt},
     }
 
 
@@ -254,7 +322,10 @@ def conformance(ctx: registry.StepContext) -> registry.Outcome:
             image = (
                 ctx.params.get("image") or f"{ctx.params['registry']}/conformance:{_version(ctx)}"
             )
-            _create(ctx, api, image)
+            results_image = (
+                ctx.params.get("resultsImage") or f"{ctx.params['registry']}/{RESULTS_IMAGE}"
+            )
+            _create(ctx, api, image, results_image)
             ctx.memo["image"] = image
         ns = _names(ctx)["namespace"]
         pod = objects.get(api, objects.path("v1", "pods", ns, POD), what=f"Pod {ns}/{POD}")
@@ -263,10 +334,22 @@ def conformance(ctx: registry.StepContext) -> registry.Outcome:
         else:
             phase = (pod.get("status") or {}).get("phase") or "Pending"
             if phase not in ("Succeeded", "Failed"):
-                return registry.Poll(
-                    after=ctx.params["pollSeconds"], message=f"conformance Pod is {phase}"
-                )
-            _finish(ctx, api, pod)
+                runner = _runner(pod)
+                if not runner:
+                    return registry.Poll(
+                        after=ctx.params["pollSeconds"], message=f"conformance Pod is {phase}"
+                    )
+                # The runner ended but the Pod has not: the results container is still
+                # printing, or waits for a `done` marker a crashed runner never wrote.
+                waits = int(ctx.memo.get("resultsWaits", 0))
+                if waits < RESULTS_WAIT_POLLS:
+                    ctx.memo["resultsWaits"] = waits + 1
+                    return registry.Poll(
+                        after=ctx.params["pollSeconds"],
+                        message="conformance tests ended; waiting for their results",
+                    )
+                phase = "Succeeded" if runner.get("exitCode") == 0 else "Failed"
+            _finish(ctx, api, phase)
     # The outcome is kept before the cleanup: if deleting fails, the retry only deletes.
     _delete(ctx, api)
     result = ctx.memo["result"]

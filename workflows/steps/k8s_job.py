@@ -4,7 +4,8 @@ The Exec handler of hooksvc, as Kubernetes' container lifecycle hooks have one: 
 the built-in steps do not cover, run a container. Done when the Job succeeds, failed when
 it fails (a `Failed` condition, or more failed pods than `backoffLimit` allows); the output
 keeps the tail of its pod's log either way. The Job is named after the run and step, so a
-repeated start finds it instead of starting a second one.
+repeated start finds it instead of starting a second one. A Job still running when its step
+is cancelled or times out is deleted (`cleanup`); a finished one stays for its TTL.
 """
 
 from __future__ import annotations
@@ -99,7 +100,28 @@ def _condition(job: objects.JSON, kind: str) -> bool:
     return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
 
 
-@registry.step_type("k8s_job", params=PARAMS)
+def _failed(ctx: registry.StepContext, job: objects.JSON) -> bool:
+    failed = int((job.get("status") or {}).get("failed") or 0)
+    return _condition(job, "Failed") or failed >= ctx.params["backoffLimit"] + 1
+
+
+def _succeeded(job: objects.JSON) -> bool:
+    return _condition(job, "Complete") or int((job.get("status") or {}).get("succeeded") or 0) > 0
+
+
+def cleanup(ctx: registry.StepContext) -> None:
+    """Stops the Job if it still runs (a cancel, a timeout); a finished Job is left to its TTL."""
+    if not ctx.memo.get("created"):
+        return
+    api = objects.cluster_api(ctx, ctx.params["cluster"])
+    ns, name = ctx.params["namespace"], ctx.object_name()
+    path = objects.path(BATCH_API, "jobs", ns, name)
+    job = objects.get(api, path, what=f"Job {ns}/{name}")
+    if job is not None and not _succeeded(job) and not _failed(ctx, job):
+        objects.delete(api, path, what=f"Job {ns}/{name}")
+
+
+@registry.step_type("k8s_job", params=PARAMS, cleanup=cleanup)
 def k8s_job(ctx: registry.StepContext) -> registry.Outcome:
     """Runs a Job and waits for it to finish."""
     api = objects.cluster_api(ctx, ctx.params["cluster"])
@@ -118,9 +140,9 @@ def k8s_job(ctx: registry.StepContext) -> registry.Outcome:
         "succeeded": succeeded,
         "failed": failed,
     }
-    if _condition(job, "Complete") or succeeded > 0:
+    if _succeeded(job):
         return registry.Done({**output, "log": _log_tail(ctx, api, name)})
-    if _condition(job, "Failed") or failed >= ctx.params["backoffLimit"] + 1:
+    if _failed(ctx, job):
         output["log"] = _log_tail(ctx, api, name)
         raise errors.PermanentError(f"{what} failed", output=output)
     return registry.Poll(after=ctx.params["pollSeconds"], message=f"{what} is running")
