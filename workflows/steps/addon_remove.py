@@ -76,7 +76,7 @@ def _installed(ctx: registry.StepContext) -> list[dict[str, Any]] | None:
 
 
 def _what(entry: dict[str, Any]) -> str:
-    if entry.get("helmRelease"):
+    if entry.get("helmRelease") and "kind" not in entry:
         return f"Helm release {entry.get('namespace')}/{entry['helmRelease']}"
     scope = f"{entry['namespace']}/" if entry.get("namespace") else ""
     return f"{entry['kind']} {scope}{entry['name']}"
@@ -95,7 +95,9 @@ def addon_remove(ctx: registry.StepContext) -> registry.Outcome:
     if not ctx.memo.get("deleted"):
         for entry in reversed(inventory):
             if entry.get("helmRelease"):
-                helm.uninstall(ctx, entry["helmRelease"], entry.get("namespace") or "default")
+                # A release's objects go with its uninstall, which comes after them.
+                if "kind" not in entry:
+                    helm.uninstall(ctx, entry["helmRelease"], entry.get("namespace") or "default")
                 continue
             try:
                 path = objects.inventory_path(api, entry)
@@ -105,8 +107,8 @@ def addon_remove(ctx: registry.StepContext) -> registry.Outcome:
         ctx.memo["deleted"] = True
     remaining = []
     for entry in inventory:
-        if entry.get("helmRelease"):
-            continue
+        if "kind" not in entry or entry.get("keep"):
+            continue  # a release, or an object helm keeps on uninstall
         try:
             path = objects.inventory_path(api, entry)
         except k8s.NotFound:
