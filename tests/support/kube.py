@@ -28,6 +28,9 @@ merged); server-side apply keeps no field ownership (no managedFields, no confli
 managers); no admission, schema, RBAC, garbage collection or version conversion (the
 versions of a group share one store, only apiVersion is rewritten); deleting a Namespace
 removes it and its objects at once, with no Terminating phase; list ignores `limit`.
+
+For the helm CLI (client-go), `/openapi/v3` (`kube_openapi`) tells it the server validates
+fields, and Secrets may arrive in protobuf (`kube_protobuf`), as helm stores its releases.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Add-ons are manifests (given inline, or as YAML in a ConfigMap of the management
 applied with server-side apply under the field manager `hooksvc`, which creates or updates
 and so is safe to repeat; or Helm charts installed through the `helm` CLI (see
 `workflows.steps.helm`). The step is done when every Deployment, StatefulSet and DaemonSet
-it applied is rolled out, and its output records the inventory of what it applied, which
-`addon_remove` deletes later.
+it applied (or a chart's release holds) is rolled out, and its output records the inventory
+of what it applied: each object, and for a chart the release followed by its objects,
+which `addon_remove` deletes later.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ and step named by `fromTemplate` and `fromStep`, or is given as a list. With no 
 nothing was installed here, so there is nothing to remove: the step succeeds at once
 (an add-on profile's removal runs for every matching cluster, installed or not). Objects are deleted
 in the reverse order of their creation (workloads before their namespaces, custom
-resources before their definitions); the step is done when each answers 404.
+resources before their definitions); a Helm release is uninstalled, which deletes its
+objects; the step is done when each object answers 404 (but those helm keeps).
 """
 
 from __future__ import annotations
