@@ -13,19 +13,25 @@ messages that never carry helm's output; what helm printed goes to the log only.
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
+import http.server
 import json
 import logging
+import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import override_settings
 
-from tests.steps.conftest import Context, run
+from tests.steps.conftest import CLUSTER, Context, run
+from tests.steps.conftest import NS as FLEET
 from tests.support.kube import KubeEmulator
 from workflows import errors
-from workflows.steps import registry
+from workflows.steps import helm, registry
 
 CHART = str(Path(__file__).parent / "charts" / "hello")
 NS = "web"
@@ -250,6 +256,83 @@ def test_oci_and_repository_references_reach_helm_with_their_version(
         tried.append(record.stderr)  # type: ignore[attr-defined]
     assert "127.0.0.1:9/v2/charts/hello/manifests/1.2.3" in tried[0]
     assert "http://127.0.0.1:9/charts/index.yaml" in tried[1]
+
+
+def test_cluster_scoped_objects_have_no_namespace_and_kept_ones_are_not_waited_for(
+    kube: KubeEmulator, context: Context
+) -> None:
+    ctx = install(context, chart(values={**VALUES, "clusterReader": True}))
+    assert isinstance(run(ctx), registry.Poll)
+    roll_out(kube)
+    done = run(ctx)
+    assert isinstance(done, registry.Done)
+    inventory = done.output["inventory"]
+    kinds = {entry.get("kind"): entry for entry in inventory[1:]}
+    assert kinds["ClusterRole"] == {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "namespace": None,
+        "name": "demo-hello-reader",
+        "helmRelease": "demo",
+    }
+    kept = [e for e in inventory if e.get("keep")]
+    assert [e["name"] for e in kept] == ["demo-hello-kept"]
+    remove = context("addon_remove", {"inventory": inventory}, step_name="remove")
+    assert run(remove) == registry.Done({"removed": inventory})
+    role = ("rbac.authorization.k8s.io", "v1", "clusterroles", None, "demo-hello-reader")
+    assert kube.get_object(*role) is None
+    assert kube.get_object("", "v1", "configmaps", NS, "demo-hello-kept") is not None
+
+
+@pytest.fixture
+def chart_repository(tmp_path: Path) -> Iterator[str]:
+    """A Helm chart repository over HTTP holding hello 0.1.0, as `helm repo index` makes it."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    binary = helm.binary()
+    subprocess.run([binary, "package", CHART, "-d", str(root)], check=True, capture_output=True)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    url = f"http://127.0.0.1:{server.server_address[1]}/charts"
+    (root / "charts").mkdir()
+    (root / "hello-0.1.0.tgz").rename(root / "charts" / "hello-0.1.0.tgz")
+    index = [binary, "repo", "index", str(root / "charts"), "--url", url]
+    subprocess.run(index, check=True, capture_output=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield url
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_chart_from_a_repository_installs_the_version_asked_for(
+    kube: KubeEmulator, context: Context, chart_repository: str
+) -> None:
+    with pytest.raises(errors.PermanentError) as exc:
+        run(install(context, chart(chart="hello", repo=chart_repository, version="9.9.9")))
+    assert exc.value.message == f"Helm release {NS}/demo: chart not found"
+    found = chart(chart="hello", repo=chart_repository, version="0.1.0")
+    assert isinstance(run(install(context, found, run_id=8)), registry.Poll)
+    deployment = kube.get_object(*DEPLOYMENTS, NS, "demo-hello")
+    assert deployment is not None and deployment["spec"]["replicas"] == 3
+    assert deployment["metadata"]["labels"]["helm.sh/chart"] == "hello-0.1.0"
+
+
+def test_an_unreachable_workload_cluster_is_retried(kube: KubeEmulator, context: Context) -> None:
+    config = kube.kubeconfig()
+    config["clusters"][0]["cluster"]["server"] = "http://127.0.0.1:9"
+    value = base64.b64encode(json.dumps(config).encode()).decode()
+    kube.put_object(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{CLUSTER}-kubeconfig", "namespace": FLEET},
+            "data": {"value": value},
+        }
+    )
+    with pytest.raises(errors.TemporaryError) as exc:
+        run(install(context))
+    assert exc.value.message == f"Helm release {NS}/demo: the workload cluster cannot be reached"
 
 
 def test_a_chart_without_the_helm_cli_fails_saying_so(context: Context) -> None:
