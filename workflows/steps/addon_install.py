@@ -4,8 +4,9 @@ Add-ons are manifests (given inline, or as YAML in a ConfigMap of the management
 applied with server-side apply under the field manager `hooksvc`, which creates or updates
 and so is safe to repeat; or Helm charts installed through the `helm` CLI (see
 `workflows.steps.helm`). The step is done when every Deployment, StatefulSet and DaemonSet
-it applied is rolled out, and its output records the inventory of what it applied, which
-`addon_remove` deletes later.
+it applied (or a chart's release holds) is rolled out, and its output records the inventory
+of what it applied: each object, and for a chart the release followed by its objects,
+which `addon_remove` deletes later.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from workflows import errors, k8s, manifests
 from workflows.steps import helm, objects, registry
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
+JSON = dict[str, Any]
 
 
 def _check_manifests(value: list[Any]) -> list[Any]:
@@ -108,23 +110,38 @@ def _entry(obj: manifests.Manifest) -> dict[str, Any]:
     }
 
 
+def _chart_entry(api: k8s.ApiClient, doc: manifests.Manifest, chart: dict[str, Any]) -> JSON:
+    """An inventory entry for an object of a release; cluster-scoped ones get no namespace."""
+    meta = doc.setdefault("metadata", {})
+    meta["namespace"] = meta.get("namespace") or chart["namespace"]
+    entry: JSON = {**_entry(doc), "helmRelease": chart["release"]}
+    try:
+        # .../namespaces/<ns>/<plural>/<name> when namespaced, .../<plural>/<name> when not.
+        path = manifests.object_path(api, doc)
+        if path.split(f"/{doc['apiVersion']}/", 1)[1].count("/") == 1:
+            entry["namespace"] = None
+    except k8s.NotFound:
+        pass  # not served (any more): its scope cannot be told; the namespace does no harm
+    if (meta.get("annotations") or {}).get("helm.sh/resource-policy") == "keep":
+        entry["keep"] = True  # helm leaves it on uninstall, so removal does not wait for it
+    return entry
+
+
 def _apply(ctx: registry.StepContext) -> None:
     api = objects.workload(ctx)
     docs = list(ctx.params.get("manifests") or [])
     if ctx.params.get("configMapRef"):
         docs += _config_map_manifests(ctx.params["configMapRef"])
-    inventory, rollout = [], []
+    inventory = []
     for doc in docs:
         ns = (doc.get("metadata") or {}).get("namespace") or ctx.params["namespace"]
         applied = manifests.apply(api, doc, namespace=ns)
         inventory.append(_entry(applied))
     for chart in ctx.params.get("charts") or []:
-        for doc in helm.install(ctx, chart):
-            doc.setdefault("metadata", {}).setdefault("namespace", chart["namespace"])
-            if doc.get("kind") in WORKLOAD_KINDS:
-                rollout.append(_entry(doc))
+        # The release first: removal goes in reverse, and uninstalling it takes its objects.
         inventory.append({"helmRelease": chart["release"], "namespace": chart["namespace"]})
-    rollout += [e for e in inventory if e.get("kind") in WORKLOAD_KINDS]
+        inventory += [_chart_entry(api, doc, chart) for doc in helm.install(ctx, chart)]
+    rollout = [e for e in inventory if e.get("kind") in WORKLOAD_KINDS]
     ctx.memo["inventory"], ctx.memo["rollout"] = inventory, rollout
 
 

@@ -5,7 +5,8 @@ and step named by `fromTemplate` and `fromStep`, or is given as a list. With no 
 nothing was installed here, so there is nothing to remove: the step succeeds at once
 (an add-on profile's removal runs for every matching cluster, installed or not). Objects are deleted
 in the reverse order of their creation (workloads before their namespaces, custom
-resources before their definitions); the step is done when each answers 404.
+resources before their definitions); a Helm release is uninstalled, which deletes its
+objects; the step is done when each object answers 404 (but those helm keeps).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def _installed(ctx: registry.StepContext) -> list[dict[str, Any]] | None:
 
 
 def _what(entry: dict[str, Any]) -> str:
-    if entry.get("helmRelease"):
+    if entry.get("helmRelease") and "kind" not in entry:
         return f"Helm release {entry.get('namespace')}/{entry['helmRelease']}"
     scope = f"{entry['namespace']}/" if entry.get("namespace") else ""
     return f"{entry['kind']} {scope}{entry['name']}"
@@ -95,7 +96,9 @@ def addon_remove(ctx: registry.StepContext) -> registry.Outcome:
     if not ctx.memo.get("deleted"):
         for entry in reversed(inventory):
             if entry.get("helmRelease"):
-                helm.uninstall(ctx, entry["helmRelease"], entry.get("namespace") or "default")
+                # A release's objects go with its uninstall, which comes after them.
+                if "kind" not in entry:
+                    helm.uninstall(ctx, entry["helmRelease"], entry.get("namespace") or "default")
                 continue
             try:
                 path = objects.inventory_path(api, entry)
@@ -105,8 +108,8 @@ def addon_remove(ctx: registry.StepContext) -> registry.Outcome:
         ctx.memo["deleted"] = True
     remaining = []
     for entry in inventory:
-        if entry.get("helmRelease"):
-            continue
+        if "kind" not in entry or entry.get("keep"):
+            continue  # a release, or an object helm keeps on uninstall
         try:
             path = objects.inventory_path(api, entry)
         except k8s.NotFound:
