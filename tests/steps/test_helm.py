@@ -342,3 +342,33 @@ def test_a_chart_without_the_helm_cli_fails_saying_so(context: Context) -> None:
     ):
         run(install(context))
     assert exc.value.message == "helm CLI not found"
+
+
+@pytest.mark.parametrize(
+    ("stderr", "message"),
+    [
+        # The API server went away part way through an install.
+        (
+            'Error: INSTALLATION FAILED: failed to create resource: Post "https://10.0.0.1:6443'
+            '/api/v1/namespaces/demo/services": dial tcp 10.0.0.1:6443: connect: '
+            "connection refused",
+            "the workload cluster cannot be reached",
+        ),
+        (
+            'Error: INSTALLATION FAILED: Get "https://10.0.0.1:6443/apis/apps/v1/namespaces/demo'
+            '/deployments/web": dial tcp: lookup api.example: no such host',
+            "the workload cluster cannot be reached",
+        ),
+        (
+            'Error: looks like "https://charts.example/" is not a valid chart repository or cannot'
+            ' be reached: Get "https://charts.example/index.yaml": dial tcp: connection refused',
+            "the chart's repository or registry cannot be reached",
+        ),
+    ],
+)
+def test_a_connection_error_names_the_cluster_or_the_chart_source_by_the_url(
+    stderr: str, message: str
+) -> None:
+    error = helm._failure("Helm release demo/web", 1, stderr)
+    assert isinstance(error, errors.TemporaryError)
+    assert error.message == f"Helm release demo/web: {message}"

@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 #: Seconds one helm command may take; it returns once the objects are applied (no --wait).
 TIMEOUT_SECONDS = 300
 
+_UNREACHABLE = ("no such host", "connection refused", "i/o timeout", "cannot be reached")
+
 #: What helm printed (lowercased) → (retrying can help, the message). The first match wins,
 #: so a cluster that cannot be reached is told apart from a chart source that cannot.
 _FAILURES: tuple[tuple[tuple[str, ...], bool, str], ...] = (
@@ -65,7 +67,7 @@ _FAILURES: tuple[tuple[tuple[str, ...], bool, str], ...] = (
         "chart must be a path, a URL, an oci:// reference, or a name with repo",
     ),
     (
-        ("no such host", "connection refused", "i/o timeout", "cannot be reached"),
+        _UNREACHABLE,
         True,
         "the chart's repository or registry cannot be reached",
     ),
@@ -98,6 +100,9 @@ def binary() -> str:
 def _failure(what: str, code: int, stderr: str) -> errors.StepError:
     """The deterministic error for what helm printed."""
     text = stderr.lower()
+    # A connection error on a Kubernetes API path is the cluster, not the chart's source.
+    if any(n in text for n in _UNREACHABLE) and any(p in text for p in ("/api/v1/", "/apis/")):
+        return errors.TemporaryError(f"{what}: the workload cluster cannot be reached")
     for needles, temporary, message in _FAILURES:
         if any(needle in text for needle in needles):
             cls = errors.TemporaryError if temporary else errors.PermanentError
