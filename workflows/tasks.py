@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import shared_task
 
-from workflows import engine, errors, events, hookcalls
+from workflows import engine, errors, events, hookcalls, polls
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +29,11 @@ def advance(run_id: int) -> None:
 @shared_task(name="workflows.run_step")
 def run_step(step_id: int) -> None:
     engine.run_step(step_id)
+
+
+@shared_task(name="workflows.poll_due")
+def poll_due() -> None:
+    polls.poll_due()
 
 
 @shared_task(name="workflows.reconcile")
