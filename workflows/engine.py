@@ -890,7 +890,7 @@ def reconcile(limit: int = 5000) -> ReconcileReport:
     start, a step just finished, its deadline); a due ready step (a lost countdown) is sent
     on its own, unless its run is sent in the same pass. Due waiting steps are left to the
     batch poller (workflows.polls), which claims every one of them, lost countdown or not:
-    sending them too would poll them twice.
+    a message for them too would only race the batch for the same poll.
     """
     from workflows import tasks
 

@@ -79,8 +79,8 @@ def poll_due(limit: int | None = None) -> BatchReport:
     if len(steps) >= limit:
         # More may be due: another worker process takes the next batch meanwhile.
         _enqueue_batch()
-    # Past half the lease, the rest is handed back: a step is never polled after its
-    # lease expired, when another batch may own it.
+    # Past half the lease, the rest is handed back (due now): a slow batch does not start
+    # polls whose lease is about to pass, when another batch may claim them too.
     stop_at = now + datetime.timedelta(seconds=lease_seconds / 2)
     writes: list[_Write] = []
     handed_back: list[_Write] = []

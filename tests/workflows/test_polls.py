@@ -4,8 +4,9 @@ Covers: a long wait gets no countdown message and a short one does; the claim ta
 most N due waiting steps of running runs, most overdue first, and leases them; a batch
 writes repeated polls back in one statement and leaves the run's row alone; Done, a
 failure and a timeout from a batch finish the run as the countdown path does; a row an
-operator moved on while it was leased is not overwritten; the reconciler leaves due
-waiting steps to the batch poller; bad batch settings stop the process with their name.
+operator moved on while it was leased is not overwritten; a batch hands back what it has
+not polled by half its lease; the reconciler leaves due waiting steps to the batch poller;
+bad batch settings stop the process with their name.
 """
 
 from __future__ import annotations
@@ -266,3 +267,23 @@ def test_a_bad_batch_setting_stops_the_process_naming_it(variable: str, value: s
     )
     assert result.returncode != 0
     assert f"RuntimeError: {variable} must be a number" in result.stderr
+
+
+def test_a_batch_past_half_its_lease_hands_back_the_steps_it_has_not_polled(
+    sent: list[tuple[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    template = wf.template("poller", steps=_poller())
+    runs = [_run(template, [], f"c{i}") for i in range(2)]
+    for run in runs:
+        engine.advance(run.pk)
+    start = timezone.now() + datetime.timedelta(seconds=61)
+    # The claim, then the first poll, then the second step's turn: 40 s into a 60 s lease.
+    times = iter([start, start + datetime.timedelta(seconds=1)])
+    late = start + datetime.timedelta(seconds=40)
+    monkeypatch.setattr(engine, "clock", lambda: next(times, late))
+
+    assert polls.poll_due() == polls.BatchReport(claimed=2, polled=1, finished=0)
+
+    polled, handed_back = sorted(StepRun.objects.all(), key=lambda s: -s.memo["polls"])
+    assert polled.memo == {"polls": 2}
+    assert (handed_back.memo, handed_back.due_at) == ({"polls": 1}, late), "due at once"
