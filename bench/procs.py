@@ -147,10 +147,16 @@ class Worker:
 
 
 @contextlib.contextmanager
-def worker(*, concurrency: int = 2, name: str = "worker") -> Iterator[Worker]:
-    """`celery -A hooksvc worker` (prefork, `concurrency` processes) with bench.steps loaded."""
+def worker(*, concurrency: int = 2, name: str = "worker", beat: bool = False) -> Iterator[Worker]:
+    """`celery -A hooksvc worker` (prefork, `concurrency` processes) with bench.steps loaded.
+
+    `beat` embeds beat (`-B`), which sends the reconciler and the batched polls.
+    """
     log = env.DATA_DIR / f"{name}.log"
     log.write_bytes(b"")
+    schedule = env.DATA_DIR / f"{name}-celerybeat-schedule"
+    schedule.unlink(missing_ok=True)
+    beat_args = ["-B", "-s", str(schedule)] if beat else []
     with log.open("ab") as out:
         process = subprocess.Popen(
             [
@@ -171,6 +177,7 @@ def worker(*, concurrency: int = 2, name: str = "worker") -> Iterator[Worker]:
                 "--without-heartbeat",
                 "-n",
                 f"{name}@%h",
+                *beat_args,
             ],
             cwd=env.ROOT,
             env={**os.environ, **env.process_env()},

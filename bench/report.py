@@ -196,11 +196,13 @@ def _notes(sizes: env.Sizes) -> list[str]:
         "Redis DB 12 (BENCH_FULL=1: 1,000 workflows, 10,000 tasks).",
         f"- 3: {sizes.waiting_workflows:,} runs seeded as the engine leaves them after a first "
         "poll "
-        f"(step `bench_poll`, every {sizes.poll_seconds:g} s, one countdown message each); CPU "
-        f"and RSS of the worker's process tree over {sizes.waiting_seconds:g} s (BENCH_FULL=1: "
-        "600 s). The reconciler is `workflows.engine.reconcile()` timed in the runner (median of "
-        "5 passes; the all-overdue pass, every countdown lost, enqueues up to its limit of 5,000 "
-        "steps).",
+        f"(step `bench_poll`, every {sizes.poll_seconds:g} s: no countdown message when the "
+        "wait is batched, see HOOKSVC_POLL_BATCH_MIN_WAIT_SECONDS); CPU and RSS of the worker's "
+        "process tree, beat included (`-B`, it sends the batches), over "
+        f"{sizes.waiting_seconds:g} s (BENCH_FULL=1: 600 s). The reconciler is "
+        "`workflows.engine.reconcile()` timed in the runner (median of 5 passes; in the "
+        "all-overdue pass every step is overdue: waiting steps are the batch poller's, so it "
+        "sends none of them).",
         f"- 4: {sizes.start_calls} calls for new clusters, one every 200 ms over one keep-alive "
         "connection; the first step's `started_at` minus the time the client had the answer.",
         "- 5: psutil RSS of a gunicorn worker after benchmark 1 and of the Celery worker "

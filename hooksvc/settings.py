@@ -45,6 +45,13 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_LOG_LEVEL": "log level, default INFO",
     "HOOKSVC_RECONCILE_SECONDS": "how often beat runs the reconciler, default 15",
     "HOOKSVC_RECONCILE_GRACE_SECONDS": "how late work must be to be re-enqueued, default 30",
+    "HOOKSVC_POLL_BATCH_SECONDS": "how often beat runs the batch poller of waiting steps,"
+    " default 1",
+    "HOOKSVC_POLL_BATCH_SIZE": "how many due waiting steps one batch claims, default 100",
+    "HOOKSVC_POLL_BATCH_MIN_WAIT_SECONDS": "a step waiting at least this long is polled by a"
+    " batch; a shorter wait gets its own countdown message, default 5",
+    "HOOKSVC_POLL_LEASE_SECONDS": "how long a batch owns the steps it claimed (a killed worker's"
+    " steps are polled again after it), default 60",
     "HOOKSVC_HOOK_CALL_RETENTION_DAYS": "how long hook calls are kept for the admin, default 7",
     "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
     "HOOKSVC_KUBECONFIG": "management cluster's kubeconfig outside a Pod (default: the first"
@@ -60,6 +67,20 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_ADMIN_USERNAME": "`make run` creates this superuser when it does not exist yet",
     "HOOKSVC_ADMIN_PASSWORD": _ADMIN_PASSWORD_HELP,
 }
+
+
+def _number(name: str, default: float, *, zero: bool = False) -> float:
+    """A number above zero (or zero too) from the environment; else a startup error naming it."""
+    raw = os.environ.get(name, "")
+    bound = "0 or more" if zero else "above 0"
+    try:
+        value = float(raw) if raw else float(default)
+    except ValueError:
+        raise RuntimeError(f"{name} must be a number {bound}, got {raw!r}") from None
+    if not (value >= 0 if zero else value > 0) or value == float("inf"):
+        raise RuntimeError(f"{name} must be a number {bound}, got {raw!r}")
+    return value
+
 
 HOOKSVC_ENV = os.environ.get("HOOKSVC_ENV", "development")
 if HOOKSVC_ENV not in ("development", "production"):
@@ -224,6 +245,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "workflows.reconcile",
         "schedule": float(os.environ.get("HOOKSVC_RECONCILE_SECONDS", "15")),
     },
+    # A batch message that waited longer than this is dropped: a newer one does its work.
+    "poll-due": {
+        "task": "workflows.poll_due",
+        "schedule": _number("HOOKSVC_POLL_BATCH_SECONDS", 1),
+        "options": {"expires": 10},
+    },
     "prune-hook-calls": {"task": "workflows.prune_hook_calls", "schedule": 3600.0},
 }
 HOOK_CALL_RETENTION_DAYS = float(os.environ.get("HOOKSVC_HOOK_CALL_RETENTION_DAYS", "7"))
@@ -242,6 +269,12 @@ HOOKS_HANDLERS = os.environ.get("HOOKSVC_HANDLERS", "")
 
 #: How late a wake-up must be before the reconciler re-enqueues it (countdowns go first).
 RECONCILE_GRACE_SECONDS = float(os.environ.get("HOOKSVC_RECONCILE_GRACE_SECONDS", "30"))
+
+#: Batched polls (workflows.polls): at most this many steps per batch, owned this long.
+POLL_BATCH_SIZE = max(1, int(_number("HOOKSVC_POLL_BATCH_SIZE", 100)))
+POLL_LEASE_SECONDS = _number("HOOKSVC_POLL_LEASE_SECONDS", 60)
+#: A waiting step due at least this far ahead gets no countdown message (engine.needs_countdown).
+POLL_BATCH_MIN_WAIT_SECONDS = _number("HOOKSVC_POLL_BATCH_MIN_WAIT_SECONDS", 5, zero=True)
 
 #: Modules imported at startup so that their @step_type registrations exist.
 STEP_MODULES = [m for m in os.environ.get("HOOKSVC_STEP_MODULES", "").split(",") if m]

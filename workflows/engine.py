@@ -7,8 +7,9 @@ from the runs' recorded state. No slow work, a handful of indexed queries.
 Worker path (`advance`, `run_step`): under the run's row lock, start the run when its
 budget allows, promote steps whose dependencies are done, and execute due steps, each
 under its own row lock (`SKIP LOCKED`, so a step is never executed twice at once). A step
-that must wait is re-enqueued with a countdown; nothing sleeps. `reconcile` re-enqueues
-what is overdue, so a lost message or a killed worker delays a run but never loses it.
+that must wait briefly is re-enqueued with a countdown; a long wait is left to the batch
+poller (workflows.polls); nothing sleeps. `reconcile` re-enqueues what is overdue, so a
+lost message or a killed worker delays a run but never loses it.
 """
 
 from __future__ import annotations
@@ -395,17 +396,17 @@ def _execute_inline(run: Run, steps: list[StepRun], now: datetime.datetime) -> b
             continue
         # SKIP LOCKED: a worker executing it from a message holds it (and will wait for
         # this run's lock to schedule the run), so waiting here could deadlock.
+        # due_at is checked again on the locked row: the batch poller may have just leased it.
         locked = (
             StepRun.objects.select_for_update(skip_locked=True)
-            .filter(pk=step.pk, state__in=StepRun.DUE)
+            .filter(pk=step.pk, state__in=StepRun.DUE, due_at__lte=now)
             .values_list("pk", flat=True)
         )
         if not list(locked):
             continue
         finished = _attempt(run, step, now)
-        if not finished and step.due_at:
-            after = max(0.0, (step.due_at - now).total_seconds())
-            transaction.on_commit(functools.partial(_enqueue_poll, step.pk, after))
+        if not finished:
+            poll_later(step, now)
         return finished
     return False
 
@@ -638,7 +639,6 @@ def _execute(step_id: int) -> tuple[bool, int]:
 
     The run is read, not locked: a step that polls again changes only its own row.
     """
-    to_poll: tuple[int, float] | None = None
     with transaction.atomic():
         found = list(
             StepRun.objects.select_for_update(skip_locked=True, of=("self",))
@@ -658,17 +658,39 @@ def _execute(step_id: int) -> tuple[bool, int]:
         if finished:
             # Due now: if this worker dies before it schedules the run, the reconciler will.
             Run.objects.filter(pk=run.pk).update(wake_at=now)
-        elif step.due_at:
-            to_poll = (step.pk, max(0.0, (step.due_at - now).total_seconds()))
-    if to_poll is not None:
-        poll = to_poll
-        transaction.on_commit(lambda: _enqueue_poll(*poll))
+        else:
+            poll_later(step, now)
     return finished, run.pk
+
+
+def needs_countdown(state: str, after: float) -> bool:
+    """A retry and a short wait get a countdown message; a long wait is the batch poller's.
+
+    Batched polls (workflows.polls) find waiting steps by their due_at, which saves a
+    message per poll but adds up to a beat period of latency: worth it only for long waits.
+    """
+    return state != StepRun.State.WAITING or after < settings.POLL_BATCH_MIN_WAIT_SECONDS
+
+
+def poll_later(step: StepRun, now: datetime.datetime) -> None:
+    """After commit, send the countdown of a step that is due again (unless batched)."""
+    if step.due_at is None or step.state not in StepRun.DUE:
+        return
+    after = max(0.0, (step.due_at - now).total_seconds())
+    if needs_countdown(step.state, after):
+        transaction.on_commit(functools.partial(_enqueue_poll, step.pk, after))
 
 
 def _attempt(run: Run, step: StepRun, now: datetime.datetime) -> bool:
     """Call the step's function once (its row is locked) and record the outcome."""
-    fields = log_fields(run, step)
+    ctx, outcome, started = call(run, step, now)
+    return conclude(run, step, ctx, outcome, started=started, now=now)
+
+
+def call(
+    run: Run, step: StepRun, now: datetime.datetime
+) -> tuple[registry.StepContext, registry.Outcome | errors.StepError, datetime.datetime]:
+    """Call the step's function once, or time it out; returns its context (memo), outcome, start."""
     started = step.started_at or now
     ctx = registry.StepContext(
         run_id=run.pk,
@@ -684,7 +706,24 @@ def _attempt(run: Run, step: StepRun, now: datetime.datetime) -> bool:
             f"timed out after {step.timeout_seconds} s"
         )
     else:
-        outcome = execute_once(ctx, fields)
+        outcome = execute_once(ctx, log_fields(run, step))
+    return ctx, outcome, started
+
+
+def conclude(
+    run: Run,
+    step: StepRun,
+    ctx: registry.StepContext,
+    outcome: registry.Outcome | errors.StepError,
+    *,
+    started: datetime.datetime,
+    now: datetime.datetime,
+) -> bool:
+    """With the step's row locked: clean up after a final failure, record the outcome.
+
+    Returns True if the step finished.
+    """
+    fields = log_fields(run, step)
     if isinstance(outcome, errors.StepError) and (
         isinstance(outcome, errors.PermanentError) or step.failures + 1 > step.retries
     ):
@@ -889,8 +928,10 @@ def reconcile(limit: int = 5000) -> ReconcileReport:
     """Re-enqueue runs and steps whose wake-up is overdue (a lost message, a killed worker).
 
     One indexed query per kind. A run is due when it must be scheduled (new, waiting to
-    start, a step just finished, its deadline); a due step (a lost countdown) is sent on
-    its own, unless its run is sent in the same pass.
+    start, a step just finished, its deadline); a due ready step (a lost countdown) is sent
+    on its own, unless its run is sent in the same pass. Due waiting steps are left to the
+    batch poller (workflows.polls), which claims every one of them, lost countdown or not:
+    a message for them too would only race the batch for the same poll.
     """
     from workflows import tasks
 
@@ -917,7 +958,7 @@ def reconcile(limit: int = 5000) -> ReconcileReport:
     # sent again (it would only be a second message for the same work).
     step_ids = list(
         StepRun.objects.filter(
-            state__in=StepRun.DUE, due_at__lte=late, run__state=Run.State.RUNNING
+            state=StepRun.State.READY, due_at__lte=late, run__state=Run.State.RUNNING
         )
         .exclude(run_id__in=run_ids)
         .order_by("due_at")

@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import shared_task
 
-from workflows import cleanups, engine, errors, events, hookcalls
+from workflows import cleanups, engine, errors, events, hookcalls, polls
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,11 @@ def run_step(step_id: int) -> None:
 @shared_task(name="workflows.step_cleanup")
 def step_cleanup(step_id: int) -> None:
     cleanups.step_cleanup(step_id)
+
+
+@shared_task(name="workflows.poll_due")
+def poll_due() -> None:
+    polls.poll_due()
 
 
 @shared_task(name="workflows.reconcile")

@@ -13,6 +13,7 @@ from pathlib import Path
 import redis
 from django.conf import settings
 
+from workflows import errors
 from workflows.steps import registry
 
 PREFIX = "hooksvc-test"
@@ -68,3 +69,35 @@ def _record_in_files(root: Path, name: str, ctx: registry.StepContext) -> regist
         pass
     time.sleep(float(ctx.params.get("seconds", 0)))
     return registry.Done({"record": name})
+
+
+@registry.step_type(
+    "count_poll",
+    params={
+        "every": registry.Param((int, float), default=10, minimum=0),
+        "polls": registry.Param(int, default=3, minimum=1),
+        "end": registry.Param(str, default="done", choices=("done", "fail")),
+        # Held on its second call until this file exists (a test kills the worker mid-batch).
+        "holdUntilFile": registry.Param(str),
+        "seconds": registry.Param((int, float), default=0),
+    },
+)
+def count_poll(ctx: registry.StepContext) -> registry.Outcome:
+    """Polls `polls` times, `every` s apart, then ends as `end` says; counts every call."""
+    name = ctx.object_name()
+    r = client()
+    r.incr(f"{PREFIX}:calls:{name}")
+    polls = int(ctx.memo.get("polls", 0)) + 1
+    hold = ctx.params.get("holdUntilFile")
+    if hold and polls == 2:
+        r.set(f"{PREFIX}:holding:{name}", 1)
+        deadline = time.monotonic() + 60
+        while not Path(hold).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # a slow external call, killed mid-way by the test
+    time.sleep(float(ctx.params["seconds"]))
+    ctx.memo["polls"] = polls
+    if polls < ctx.params["polls"]:
+        return registry.Poll(after=float(ctx.params["every"]), message=f"poll {polls}")
+    if ctx.params["end"] == "fail":
+        raise errors.PermanentError("the condition failed")
+    return registry.Done({"polls": polls})

@@ -130,8 +130,8 @@ STEPS = documents.template()["spec"]["steps"]
             {"steps": [{"name": "snapshot", "type": "no_such_step"}]},
             # The list names every registered type: the built-ins and this suite's own.
             "spec.steps[0].type: unknown step type 'no_such_step' "
-            "(known: addon_install, addon_remove, approval, backup_pvs, conformance, http, "
-            "k8s_job, noop, record, wait)",
+            "(known: addon_install, addon_remove, approval, backup_pvs, conformance, "
+            "count_poll, http, k8s_job, noop, record, wait)",
         ),
         (
             {"steps": [{"name": "snapshot", "type": "wait"}]},

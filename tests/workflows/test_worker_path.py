@@ -2,7 +2,7 @@
 
 Covers: a `noop` step is one transaction of a few queries; routine step progress writes no
 RunEvent while run transitions do; a repeated poll updates only its step's row; the
-reconciler sends an overdue run or its overdue steps, never both.
+reconciler sends an overdue run or its overdue ready steps, never both.
 """
 
 from __future__ import annotations
@@ -129,7 +129,8 @@ def test_routine_step_progress_writes_no_events_but_run_transitions_do(
 def test_a_repeated_poll_updates_only_its_step(
     sent: list[tuple[str, Any]], now: list[datetime.datetime], on_commit: Any
 ) -> None:
-    run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3600}}])
+    # A short wait: its polls come by countdown (a long one's by batch, see test_polls.py).
+    run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3}}])
     with on_commit(execute=True):
         engine.advance(run.pk)
     step = StepRun.objects.get(run=run)
@@ -166,7 +167,9 @@ def test_the_reconciler_sends_an_overdue_run_once_and_not_its_steps_too(
     overdue, waiting = _run(timer, [], "a"), _run(timer, [], "b")
     engine.advance(overdue.pk)
     engine.advance(waiting.pk)
-    # Both steps' countdowns were lost; one run also has a finished step to schedule.
+    # Both steps' retry countdowns were lost; one run also has a finished step to schedule.
+    # (Due waiting steps are the batch poller's: see test_polls.py.)
+    StepRun.objects.update(state=StepRun.State.READY)
     Run.objects.filter(pk=overdue.pk).update(wake_at=now[0])
     sent.clear()
     now[0] = now[0] + datetime.timedelta(seconds=3600)
