@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import time
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ def test_an_answered_call_is_recorded_with_its_answer_and_latency(
         capi.hook_path("BeforeClusterUpgrade"), capi.hook_request("BeforeClusterUpgrade")
     )
     hook_server.post(capi.hook_path("BeforeClusterUpgrade"), b"{")
-    call = HookCall.objects.get()
+    call = _first_record()
     assert (call.hook, call.handler, call.cluster_namespace, call.cluster_name, call.moment) == (
         "BeforeClusterUpgrade",
         "before-cluster-upgrade",
@@ -40,6 +41,15 @@ def test_an_answered_call_is_recorded_with_its_answer_and_latency(
         "workflow backup is starting",
     )
     assert call.latency_ms > 0
+
+
+def _first_record() -> HookCall:
+    """The server writes its buffered records every second: wait for the first."""
+    deadline = time.monotonic() + 30
+    while not HookCall.objects.exists():
+        assert time.monotonic() < deadline, "the server wrote no hook call record within 30 s"
+        time.sleep(0.1)
+    return HookCall.objects.get()
 
 
 @pytest.mark.django_db
