@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import datetime
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -41,6 +44,47 @@ def test_an_answered_call_is_recorded_with_its_answer_and_latency(
         "workflow backup is starting",
     )
     assert call.latency_ms > 0
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_stopping_server_writes_the_records_it_still_buffers(
+    tls_files: servers.TLSFiles, tmp_path: Path
+) -> None:
+    wf.template("backup")
+    # An hour between writes: only the worker's exit can write this record.
+    env = {"HOOKSVC_HOOK_CALL_FLUSH_SECONDS": "3600"}
+    with servers.hook_server(tls_files.server_dir, tmp_path / "gunicorn.log", extra_env=env) as s:
+        status, _ = s.post(
+            capi.hook_path("BeforeClusterUpgrade"), capi.hook_request("BeforeClusterUpgrade")
+        )
+        assert status == 200
+        assert HookCall.objects.count() == 0, "the record was written before the interval"
+    assert HookCall.objects.get().cluster_name == "prod-eu-1"
+
+
+@pytest.mark.django_db
+def test_buffered_records_wait_for_the_flush_and_are_written_in_one_insert(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.HOOK_CALL_FLUSH_SECONDS = 1
+    monkeypatch.setattr(hookcalls, "background", False)
+    for n in range(3):
+        hookcalls.record(
+            call=wf.call(),
+            handler="h",
+            status="Success",
+            message=f"{n}",
+            retry_after=10,
+            latency_ms=1,
+        )
+    assert HookCall.objects.count() == 0
+    with CaptureQueriesContext(connection) as ctx:
+        assert hookcalls.flush() == 3
+    inserts = [q for q in ctx.captured_queries if q["sql"].startswith("INSERT")]
+    assert len(inserts) == 1
+    assert sorted(HookCall.objects.values_list("message", flat=True)) == ["0", "1", "2"]
+    assert hookcalls.flush() == 0
 
 
 def _first_record() -> HookCall:
