@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -64,7 +64,7 @@ def test_a_stopping_server_writes_the_records_it_still_buffers(
 
 
 @pytest.mark.django_db
-def test_buffered_records_wait_for_the_flush_and_are_written_in_one_insert(
+def test_buffered_records_wait_for_the_flush_and_are_written_in_one_copy(
     settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings.HOOK_CALL_FLUSH_SECONDS = 1
@@ -81,10 +81,39 @@ def test_buffered_records_wait_for_the_flush_and_are_written_in_one_insert(
     assert HookCall.objects.count() == 0
     with CaptureQueriesContext(connection) as ctx:
         assert hookcalls.flush() == 3
-    inserts = [q for q in ctx.captured_queries if q["sql"].startswith("INSERT")]
-    assert len(inserts) == 1
+    writes = [q["sql"].split(" (")[0] for q in ctx.captured_queries if "hookcall" in q["sql"]]
+    assert writes == ["COPY workflows_hookcall"]
     assert sorted(HookCall.objects.values_list("message", flat=True)) == ["0", "1", "2"]
     assert hookcalls.flush() == 0
+
+
+def _record(message: str) -> None:
+    hookcalls.record(
+        call=wf.call(), handler="h", status="Success", message=message, retry_after=10, latency_ms=1
+    )
+
+
+@pytest.mark.django_db
+def test_records_a_failed_write_could_not_store_wait_for_the_next_one(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.HOOK_CALL_FLUSH_SECONDS = 1
+    monkeypatch.setattr(hookcalls, "background", False)
+    monkeypatch.setattr(hookcalls, "MAX_BUFFERED", 2)
+    for n in range(3):
+        _record(f"{n}")
+    write = hookcalls._write
+
+    def store_down(rows: list[HookCall]) -> None:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(hookcalls, "_write", store_down)
+    assert hookcalls.flush() == 0
+    monkeypatch.setattr(hookcalls, "_write", write)
+    assert hookcalls.flush() == 2
+    assert sorted(HookCall.objects.values_list("message", flat=True)) == ["0", "1"]
+    dropped = [r for r in caplog.records if getattr(r, "action", "") == "hook_records_dropped"]
+    assert [getattr(r, "count", None) for r in dropped] == [1]
 
 
 def _first_record() -> HookCall:
