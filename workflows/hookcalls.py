@@ -2,7 +2,7 @@
 
 The record is a best-effort audit trail, not state: nothing reads it to answer a hook. So
 a call only appends it to this process' buffer, and a background thread writes the buffer
-every HOOK_CALL_FLUSH_SECONDS in one INSERT (a per-call INSERT and commit was a third of
+every HOOK_CALL_FLUSH_SECONDS in one COPY (a per-call INSERT and commit was a third of
 a hook call's time). The buffer is written when the gunicorn worker exits; a killed process
 loses at most its last interval of records, and while PostgreSQL is down records beyond
 MAX_BUFFERED are dropped (and counted in the log), never the answer. With
