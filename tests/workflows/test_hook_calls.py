@@ -117,7 +117,7 @@ def test_records_a_failed_write_could_not_store_wait_for_the_next_one(
 
 
 def _first_record() -> HookCall:
-    """The server writes its buffered records every second: wait for the first."""
+    """The server writes its buffered records every 0.2 s: wait for the first."""
     deadline = time.monotonic() + 30
     while not HookCall.objects.exists():
         assert time.monotonic() < deadline, "the server wrote no hook call record within 30 s"
