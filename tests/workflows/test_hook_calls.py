@@ -23,14 +23,16 @@ from workflows.models import HookCall, Run
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_an_answered_call_is_recorded_with_its_answer_and_latency(
-    hook_server: servers.HookServer,
+    tls_files: servers.TLSFiles, tmp_path: Path
 ) -> None:
     wf.template("backup", retryAfterSeconds=15)
-    hook_server.post(
-        capi.hook_path("BeforeClusterUpgrade"), capi.hook_request("BeforeClusterUpgrade")
-    )
-    hook_server.post(capi.hook_path("BeforeClusterUpgrade"), b"{")
-    call = _first_record()
+    # The production default: records buffered and written by the background thread.
+    with servers.hook_server(tls_files.server_dir, tmp_path / "gunicorn.log") as server:
+        server.post(
+            capi.hook_path("BeforeClusterUpgrade"), capi.hook_request("BeforeClusterUpgrade")
+        )
+        server.post(capi.hook_path("BeforeClusterUpgrade"), b"{")
+        call = _first_record()
     assert (call.hook, call.handler, call.cluster_namespace, call.cluster_name, call.moment) == (
         "BeforeClusterUpgrade",
         "before-cluster-upgrade",
