@@ -154,13 +154,14 @@ def _hooks_details(hooks: Any) -> list[str]:
     ]
     for label, queries in hooks.queries.items():
         out.append(
-            f"- {label} call, {len(queries)} queries: " + "; ".join(f"`{q[:60]}…`" for q in queries)
+            f"- {label} call, {len(queries)} {'query' if len(queries) == 1 else 'queries'}: "
+            + "; ".join(f"`{q[:60]}…`" for q in queries)
         )
     if hooks.profile:
         out += [
             "",
             "py-spy (200 Hz) on one gunicorn worker under 16 connections, share of "
-            "samples in each function (inclusive), hooksvc, Django, DRF and psycopg frames:",
+            "samples in each function (inclusive), hooksvc, Django and psycopg frames:",
             "",
         ]
         shown = 0

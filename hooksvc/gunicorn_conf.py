@@ -53,6 +53,13 @@ def on_starting(server: Any) -> None:
     multiproc.wipe_stale(multiproc.configure())
 
 
+def worker_exit(server: Any, worker: Any) -> None:
+    """In the exiting worker: write the hook call records it still buffers."""
+    from workflows import hookcalls
+
+    hookcalls.flush()
+
+
 def child_exit(server: Any, worker: Any) -> None:
     """A worker is gone: its live gauges must not be reported any more (counters stay)."""
     from prometheus_client import multiprocess

@@ -53,6 +53,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_POLL_LEASE_SECONDS": "how long a batch owns the steps it claimed (a killed worker's"
     " steps are polled again after it), default 60",
     "HOOKSVC_HOOK_CALL_RETENTION_DAYS": "how long hook calls are kept for the admin, default 7",
+    "HOOKSVC_HOOK_CALL_FLUSH_SECONDS": "hook call records are written in batches this often,"
+    " default 0.2; 0 writes each one before the call is answered",
     "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
     "HOOKSVC_KUBECONFIG": "management cluster's kubeconfig outside a Pod (default: the first"
     " file in $KUBECONFIG, then ~/.kube/config); in a Pod its ServiceAccount is used",
@@ -254,6 +256,8 @@ CELERY_BEAT_SCHEDULE = {
     "prune-hook-calls": {"task": "workflows.prune_hook_calls", "schedule": 3600.0},
 }
 HOOK_CALL_RETENTION_DAYS = float(os.environ.get("HOOKSVC_HOOK_CALL_RETENTION_DAYS", "7"))
+#: Hook call records (a best-effort audit trail) are buffered and written this often.
+HOOK_CALL_FLUSH_SECONDS = float(os.environ.get("HOOKSVC_HOOK_CALL_FLUSH_SECONDS", "0.2"))
 
 ADMIN_PORT = int(os.environ.get("HOOKSVC_ADMIN_PORT", "0")) or None
 #: A bearer token /metrics requires; empty: none (restrict the port instead).

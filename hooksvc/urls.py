@@ -12,8 +12,8 @@ _prefix = f"{settings.HOOKS_PATH_PREFIX}/" if settings.HOOKS_PATH_PREFIX else ""
 _hooks = f"{_prefix}{catalog.GROUP}/{catalog.VERSION}/"
 
 urlpatterns: list[URLPattern | URLResolver] = [
-    path(f"{_hooks}{catalog.DISCOVERY_PATH_SEGMENT}", api.DiscoveryView.as_view()),
-    path(f"{_hooks}<str:hook_segment>/<str:handler_name>", api.LifecycleHookView.as_view()),
+    path(f"{_hooks}{catalog.DISCOVERY_PATH_SEGMENT}", api.discovery),
+    path(f"{_hooks}<str:hook_segment>/<str:handler_name>", api.lifecycle_hook),
     path(openapi.PATH.lstrip("/"), openapi.view),
     path("admin/", admin.site.urls),
     path("healthz", health.healthz),

@@ -74,11 +74,14 @@ def _excerpt(value: object) -> str:
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise BadRequest(f"request body has the key {_excerpt(key)} twice")
-        obj[key] = value
+    # dict() is C: the Python loop that names the key runs only for a refused body.
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise BadRequest(f"request body has the key {_excerpt(key)} twice")
+            seen.add(key)
     return obj
 
 
@@ -109,7 +112,9 @@ def decode(body: bytes) -> dict[str, Any]:
         ) from None
     except RecursionError:
         raise BadRequest(f"request body is nested deeper than {MAX_DEPTH} levels") from None
-    _check_depth(data)
+    # Nesting is at most the number of brackets: most bodies need no walk (a C count).
+    if body.count(b"{") + body.count(b"[") > MAX_DEPTH:
+        _check_depth(data)
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
     return data

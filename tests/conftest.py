@@ -70,7 +70,10 @@ def hook_server(
 ) -> Iterator[servers.HookServer]:
     """gunicorn with the production configuration, serving the test database over HTTPS."""
     log = tmp_path_factory.mktemp("logs") / "gunicorn.log"
-    with servers.hook_server(tls_files.server_dir, log) as server:
+    # Records written before the answer, so that tests can count them exactly after each
+    # call; tests/workflows/test_hook_calls.py starts servers that buffer, as in production.
+    env = {"HOOKSVC_HOOK_CALL_FLUSH_SECONDS": "0"}
+    with servers.hook_server(tls_files.server_dir, log, extra_env=env) as server:
         yield server
 
 

@@ -30,6 +30,9 @@ DATABASES = {
 }
 CELERY_BROKER_URL = REDIS_URL
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# In-process tests read a call's record right after the call (servers the tests start
+# buffer, as in production).
+HOOK_CALL_FLUSH_SECONDS = 0.0
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # The worker tests' step types, registered in this process as in the worker.

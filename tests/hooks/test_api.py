@@ -1,4 +1,4 @@
-"""The hook view's answers when the engine fails, in process."""
+"""The hook view's answers when the engine fails, and their bytes, in process."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import json
 import pytest
 from django.db import DataError
 from django.test import Client
+from rest_framework.renderers import JSONRenderer
 
+from hooksvc import api
 from tests.support import capi
 from workflows import engine
 from workflows.models import HookCall
@@ -34,3 +36,24 @@ def test_values_the_store_refuses_are_a_failure_not_a_wait_for_an_outage(
         "retryAfterSeconds": 0,
     }
     assert HookCall.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"status": "Success", "message": "déjà vu \u2028 line \u2029 para", "retryAfterSeconds": 5},
+        {"detail": 'Method "GET" not allowed.'},
+        {"nested": {"list": [1, 2.5, None, True]}, "emoji": "\U0001f600"},
+    ],
+)
+def test_answers_are_the_bytes_drfs_renderer_wrote(body: dict[str, object]) -> None:
+    """The views left DRF for speed; CAPI and anyone comparing answers see no change."""
+    response = api._json(body)
+    assert response.content == JSONRenderer().render(body)
+    assert (response["Content-Type"], response["Allow"]) == ("application/json", "POST")
+
+
+@pytest.mark.parametrize("body", [{"n": float("nan")}, {"n": float("inf")}])
+def test_a_number_json_cannot_carry_is_refused_as_drf_refused_it(body: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        api._json(body)
