@@ -4,18 +4,21 @@ An operator's cancel (`actions.run_cancel`) and `onDeadline: Fail` move unfinish
 CANCELLED without running them again, so nothing would delete their Namespaces or Pods.
 `after_cancel` enqueues one `workflows.step_cleanup` task per such step once the cancel
 commits; `step_cleanup` calls the step type's `cleanup`, as the engine does for a failure,
-and records a RunEvent saying whether it ran. Best effort: a lost message is not retried.
+and records a RunEvent saying whether it ran. A temporary error (the API server unreachable)
+is retried with backoff a few times before the failure is recorded; a lost message is not
+sent again.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from django.db import transaction
 
-from workflows import transitions
-from workflows.models import StepRun
+from workflows import errors, transitions
+from workflows.models import Run, StepRun
 from workflows.steps import registry
 
 logger = logging.getLogger(__name__)
@@ -47,8 +50,20 @@ def after_cancel(steps: Iterable[StepRun]) -> None:
     transaction.on_commit(send)
 
 
-def step_cleanup(step_id: int) -> bool:
-    """Run the cancelled step's cleanup; False when it no longer applies or failed."""
+#: Further attempts of a cleanup after a temporary error (with the engine's backoff).
+RETRIES = 5
+
+
+class RetryLater(Exception):
+    """The cleanup met a temporary error (the API server unreachable, 5xx, 429): try again."""
+
+
+def step_cleanup(step_id: int, *, retries_left: int = 0) -> bool:
+    """Run the cancelled step's cleanup; False when it no longer applies or failed.
+
+    A temporary error with `retries_left` raises RetryLater and records nothing yet; the
+    task sends itself again later. The last attempt records the failure.
+    """
     with transaction.atomic():
         # Locked: a retry must not start (and get new object names) while this deletes.
         step = (
@@ -75,23 +90,37 @@ def step_cleanup(step_id: int) -> bool:
         fields = {"run": run.pk, "step": step.name, "step_type": step.type}
         try:
             step_type.cleanup(ctx)
+        except errors.TemporaryError as exc:
+            if retries_left <= 0:
+                return _cleanup_failed(run, step, fields)
+            logger.info(
+                "step cleanup will be retried",
+                extra={"action": "step_cleanup_retry", "error": exc.message, **fields},
+            )
+            raise RetryLater from exc
         except Exception:
             # The text of the error may name hosts or tokens: the log has it, the event not.
-            logger.warning(
-                "step cleanup failed",
-                extra={"action": "step_cleanup_failed", **fields},
-                exc_info=True,
-            )
-            message, ok = f"cleanup of cancelled step {step.name} failed; see hooksvc logs", False
-        else:
-            logger.info("step cleaned up", extra={"action": "step_cleanup", **fields})
-            message, ok = f"cleanup of cancelled step {step.name} ran", True
-        transitions.action_record(
-            run,
-            "cleanup",
-            actor="hooksvc",
-            reason="the step was cancelled",
-            step_name=step.name,
-            message=message,
-        )
-    return ok
+            return _cleanup_failed(run, step, fields)
+        logger.info("step cleaned up", extra={"action": "step_cleanup", **fields})
+        _record(run, step, f"cleanup of cancelled step {step.name} ran")
+    return True
+
+
+def _cleanup_failed(run: Run, step: StepRun, fields: dict[str, Any]) -> bool:
+    # The text of the error may name hosts or tokens: the log has it, the event not.
+    logger.warning(
+        "step cleanup failed", extra={"action": "step_cleanup_failed", **fields}, exc_info=True
+    )
+    _record(run, step, f"cleanup of cancelled step {step.name} failed; see hooksvc logs")
+    return False
+
+
+def _record(run: Run, step: StepRun, message: str) -> None:
+    transitions.action_record(
+        run,
+        "cleanup",
+        actor="hooksvc",
+        reason="the step was cancelled",
+        step_name=step.name,
+        message=message,
+    )

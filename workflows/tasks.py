@@ -31,9 +31,12 @@ def run_step(step_id: int) -> None:
     engine.run_step(step_id)
 
 
-@shared_task(name="workflows.step_cleanup")
-def step_cleanup(step_id: int) -> None:
-    cleanups.step_cleanup(step_id)
+@shared_task(name="workflows.step_cleanup", bind=True, max_retries=cleanups.RETRIES)
+def step_cleanup(self: Any, step_id: int) -> None:
+    try:
+        cleanups.step_cleanup(step_id, retries_left=self.max_retries - self.request.retries)
+    except cleanups.RetryLater as exc:
+        raise self.retry(countdown=engine.backoff(self.request.retries + 1)) from exc
 
 
 @shared_task(name="workflows.poll_due")

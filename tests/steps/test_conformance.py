@@ -666,3 +666,20 @@ def test_a_cleanup_that_comes_after_a_retry_leaves_the_retry_alone(
     assert cleanups.step_cleanup(step.pk) is False
     assert not RunEvent.objects.filter(run=run_, name="cleanup").exists()
     assert kube.get_object("", "v1", "namespaces", None, name) is not None
+
+
+@pytest.mark.django_db
+def test_a_cleanup_that_meets_an_unreachable_api_is_retried_before_a_failure_is_recorded(
+    kube: KubeEmulator, django_capture_on_commit_callbacks: Any
+) -> None:
+    run_, step, name = cancelled_run(kube, django_capture_on_commit_callbacks)
+    kube.fail_next("DELETE", "/clusterrolebindings/", 503)
+    with pytest.raises(cleanups.RetryLater):
+        cleanups.step_cleanup(step.pk, retries_left=2)
+    assert not RunEvent.objects.filter(run=run_, name="cleanup").exists(), "nothing said yet"
+    assert kube.get_object("", "v1", "namespaces", None, name) is not None
+    assert cleanups.step_cleanup(step.pk, retries_left=1) is True
+    assert RunEvent.objects.get(run=run_, name="cleanup").message == (
+        "cleanup of cancelled step conformance ran"
+    )
+    assert kube.get_object("", "v1", "namespaces", None, name) is None

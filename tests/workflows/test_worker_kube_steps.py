@@ -195,3 +195,15 @@ def test_a_run_failed_by_its_deadline_cleans_up_its_conformance_step(
     cleaned_up(kube, run, name)
     run.refresh_from_db()
     assert run.state == "failed"
+
+
+def test_a_cleanup_that_meets_a_failing_api_server_is_retried_by_the_worker(
+    hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
+) -> None:
+    conformance_setup(kube)
+    run, name = running_conformance(hook_server, kube)
+    kube.fail_next("DELETE", "/clusterrolebindings/", 503)
+    actions.run_cancel(run_id=run.pk, actor="alice", reason="the upgrade window closed")
+    cleaned_up(kube, run, name)
+    deletes = [p for m, p in kube.requests if m == "DELETE" and "/clusterrolebindings/" in p]
+    assert len(deletes) >= 2, "the first attempt met the 503 and the task was sent again"
