@@ -66,6 +66,21 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> N
 
 
 @contextlib.contextmanager
+def _serving(port: int, process: subprocess.Popen[bytes], log: Path) -> Iterator[Web]:
+    """The server once it listens; terminated (killed after 30 s) on the way out."""
+    try:
+        _wait_listening(port, process, log)
+        yield Web(port, process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
 def web(*, worker_class: str = "gthread", workers: int = 2, threads: int = 8) -> Iterator[Web]:
     """gunicorn -c python:hooksvc.gunicorn_conf, with `worker_class` swapped in for comparison."""
     port = free_port()
@@ -85,16 +100,8 @@ def web(*, worker_class: str = "gthread", workers: int = 2, threads: int = 8) ->
         process = subprocess.Popen(
             [*argv, "hooksvc.wsgi"], cwd=env.ROOT, env=environ, stdout=out, stderr=out
         )
-    try:
-        _wait_listening(port, process, log)
-        yield Web(port, process)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with _serving(port, process, log) as web:
+        yield web
 
 
 @contextlib.contextmanager
@@ -125,16 +132,8 @@ def asgi_web(*, workers: int = 2) -> Iterator[Web]:
     ]
     with log.open("ab") as out:
         process = subprocess.Popen(argv, cwd=env.ROOT, env=environ, stdout=out, stderr=out)
-    try:
-        _wait_listening(port, process, log)
-        yield Web(port, process)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with _serving(port, process, log) as web:
+        yield web
 
 
 @dataclasses.dataclass

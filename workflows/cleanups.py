@@ -78,15 +78,7 @@ def step_cleanup(step_id: int, *, retries_left: int = 0) -> bool:
         if step_type is None or step_type.cleanup is None:
             return False
         run = step.run
-        ctx = registry.StepContext(
-            run_id=run.pk,
-            step_name=step.name,
-            step_type=step.type,
-            params=step.params,
-            run_context=run.context,
-            memo=dict(step.memo),
-            attempt=step.failures + 1,
-        )
+        ctx = registry.StepContext.of(run, step)
         fields = {"run": run.pk, "step": step.name, "step_type": step.type}
         try:
             step_type.cleanup(ctx)

@@ -706,15 +706,7 @@ def call(
 ) -> tuple[registry.StepContext, registry.Outcome | errors.StepError, datetime.datetime]:
     """Call the step's function once, or time it out; returns its context (memo), outcome, start."""
     started = step.started_at or now
-    ctx = registry.StepContext(
-        run_id=run.pk,
-        step_name=step.name,
-        step_type=step.type,
-        params=step.params,
-        run_context=run.context,
-        memo=dict(step.memo),
-        attempt=step.failures + 1,
-    )
+    ctx = registry.StepContext.of(run, step)
     if step.timeout_seconds and now - started > datetime.timedelta(seconds=step.timeout_seconds):
         outcome: registry.Outcome | errors.StepError = errors.PermanentError(
             f"timed out after {step.timeout_seconds} s"

@@ -21,9 +21,12 @@ import dataclasses
 import hashlib
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workflows import errors
+
+if TYPE_CHECKING:
+    from workflows.models import Run, StepRun
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +62,19 @@ class StepContext:
     memo: dict[str, Any]
     #: 1 for the first attempt, 2 after one failure, ...
     attempt: int
+
+    @classmethod
+    def of(cls, run: Run, step: StepRun) -> StepContext:
+        """The context of `step` of `run`, for its function or its cleanup."""
+        return cls(
+            run_id=run.pk,
+            step_name=step.name,
+            step_type=step.type,
+            params=step.params,
+            run_context=run.context,
+            memo=dict(step.memo),
+            attempt=step.failures + 1,
+        )
 
     def object_name(self, suffix: str = "", max_length: int = 63) -> str:
         """A DNS-1123 name unique to this run and step: what the step creates is found again."""
