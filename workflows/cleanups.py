@@ -38,14 +38,12 @@ def after_cancel(steps: Iterable[StepRun]) -> None:
     def send() -> None:
         from workflows import tasks
 
-        for step_id in ids:
-            try:
-                tasks.step_cleanup.delay(step_id)
-            except Exception:
-                logger.warning(
-                    "broker unavailable; step cleanup not sent",
-                    extra={"action": "step_cleanup_enqueue_failed", "step": step_id},
-                )
+        tasks.send_each(
+            tasks.step_cleanup,
+            ((step_id,) for step_id in ids),
+            action="step_cleanup_enqueue_failed",
+            then="step cleanup not sent",
+        )
 
     transaction.on_commit(send)
 

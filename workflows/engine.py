@@ -299,15 +299,12 @@ def wake(run_ids: Iterable[int]) -> None:
     """Ask a worker to advance these runs; if the broker is down the reconciler will."""
     from workflows import tasks
 
-    for run_id in run_ids:
-        try:
-            tasks.advance.delay(run_id)
-        except Exception:
-            logger.warning(
-                "broker unavailable; the reconciler will start the run",
-                extra={"action": "wake_failed", "run": run_id},
-            )
-            return
+    tasks.send_each(
+        tasks.advance,
+        ((run_id,) for run_id in run_ids),
+        action="wake_failed",
+        then="the reconciler will start the run",
+    )
 
 
 # --- Worker path ---------------------------------------------------------------------
@@ -605,14 +602,13 @@ def _announce(run_id: int, outcome: str) -> None:
     def send() -> None:
         from workflows import tasks
 
-        try:
-            tasks.cluster_event.delay(run_id, outcome)
-        except Exception:
-            # Best effort: an Event is worth less than the run's own progress.
-            logger.warning(
-                "broker unavailable; cluster event not sent",
-                extra={"action": "event_enqueue_failed", "run": run_id},
-            )
+        # Best effort: an Event is worth less than the run's own progress.
+        tasks.send_each(
+            tasks.cluster_event,
+            [(run_id, outcome)],
+            action="event_enqueue_failed",
+            then="cluster event not sent",
+        )
 
     transaction.on_commit(send)
 
@@ -885,27 +881,24 @@ def backoff(failures: int) -> float:
 def _enqueue_steps(step_ids: Iterable[int]) -> None:
     from workflows import tasks
 
-    for step_id in step_ids:
-        try:
-            tasks.run_step.delay(step_id)
-        except Exception:
-            logger.warning(
-                "broker unavailable; the reconciler will run the step",
-                extra={"action": "enqueue_failed", "step": step_id},
-            )
-            return
+    tasks.send_each(
+        tasks.run_step,
+        ((step_id,) for step_id in step_ids),
+        action="enqueue_failed",
+        then="the reconciler will run the step",
+    )
 
 
 def _enqueue_poll(step_id: int, after: float) -> None:
     from workflows import tasks
 
-    try:
-        tasks.run_step.apply_async((step_id,), countdown=after)
-    except Exception:
-        logger.warning(
-            "broker unavailable; the reconciler will poll the step",
-            extra={"action": "enqueue_failed", "step": step_id},
-        )
+    tasks.send_each(
+        tasks.run_step,
+        [(step_id,)],
+        action="enqueue_failed",
+        then="the reconciler will poll the step",
+        countdown=after,
+    )
 
 
 def log_fields(run: Run, step: StepRun | None = None) -> dict[str, Any]:

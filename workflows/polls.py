@@ -305,10 +305,6 @@ def _finish(
 def _enqueue_batch() -> None:
     from workflows import tasks
 
-    try:
-        tasks.poll_due.delay()
-    except Exception:
-        logger.warning(
-            "broker unavailable; beat will start the next batch",
-            extra={"action": "enqueue_failed"},
-        )
+    tasks.send_each(
+        tasks.poll_due, [()], action="enqueue_failed", then="beat will start the next batch"
+    )

@@ -8,6 +8,7 @@ transitions make the repeat harmless.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from celery import shared_task
@@ -19,6 +20,24 @@ logger = logging.getLogger(__name__)
 #: Attempts of an Event while the API server does not answer, and the wait between them.
 EVENT_RETRIES = 3
 EVENT_RETRY_SECONDS = 10
+
+
+def send_each(
+    task: Any, calls: Iterable[tuple[Any, ...]], *, action: str, then: str, **options: Any
+) -> None:
+    """Send `task` once per argument tuple. With the broker down, log once and stop:
+    `then` says who catches up (the reconciler, or nobody for best-effort work)."""
+    for args in calls:
+        try:
+            if options:
+                task.apply_async(args, **options)
+            else:
+                task.delay(*args)
+        except Exception:
+            logger.warning(
+                f"broker unavailable; {then}", extra={"action": action, "task_args": list(args)}
+            )
+            return
 
 
 @shared_task(name="workflows.advance")
