@@ -1,13 +1,18 @@
-"""Fixtures for engine tests: a local HTTP receiver (the worker is in tests/conftest.py)."""
+"""Fixtures for engine tests: a local HTTP receiver, the engine's messages recorded, its clock
+held still (the worker is in tests/conftest.py)."""
 
 from __future__ import annotations
 
+import datetime
 import http.server
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.utils import timezone
+
+from workflows import engine, tasks
 
 
 class Receiver(http.server.ThreadingHTTPServer):
@@ -43,3 +48,27 @@ def receiver() -> Iterator[Receiver]:
     yield server
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
+    """The messages the engine sends, recorded instead of reaching the broker."""
+    messages: list[tuple[str, Any]] = []
+
+    def recorder(name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: messages.append((name, args[0] if args else None))
+
+    monkeypatch.setattr(tasks.advance, "delay", recorder("advance"))
+    monkeypatch.setattr(tasks.run_step, "delay", recorder("run_step"))
+    monkeypatch.setattr(tasks.run_step, "apply_async", recorder("run_step_later"))
+    monkeypatch.setattr(tasks.poll_due, "delay", recorder("poll_due"))
+    monkeypatch.setattr(tasks.cluster_event, "delay", recorder("cluster_event"))
+    return messages
+
+
+@pytest.fixture
+def now(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[datetime.datetime]]:
+    """The engine's clock, held still; tests move it by replacing the one element."""
+    moment = [timezone.now()]
+    monkeypatch.setattr(engine, "clock", lambda: moment[0])
+    yield moment

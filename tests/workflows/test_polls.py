@@ -15,7 +15,6 @@ import datetime
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -26,35 +25,11 @@ from django.utils import timezone
 from tests.support import capi, servers
 from tests.support import workflows as wf
 from tests.workflows import steps_for_tests  # noqa: F401  (registers count_poll)
-from workflows import actions, engine, polls, tasks
+from workflows import actions, engine, polls
 from workflows.models import Run, RunEvent, StepRun, WorkflowTemplate
 from workflows.steps import registry
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
-    """The messages the engine sends, recorded instead of reaching the broker."""
-    messages: list[tuple[str, Any]] = []
-
-    def recorder(name: str) -> Callable[..., None]:
-        return lambda *args, **kwargs: messages.append((name, args[0] if args else None))
-
-    monkeypatch.setattr(tasks.advance, "delay", recorder("advance"))
-    monkeypatch.setattr(tasks.run_step, "delay", recorder("run_step"))
-    monkeypatch.setattr(tasks.run_step, "apply_async", recorder("run_step_later"))
-    monkeypatch.setattr(tasks.poll_due, "delay", recorder("poll_due"))
-    monkeypatch.setattr(tasks.cluster_event, "delay", recorder("cluster_event"))
-    return messages
-
-
-@pytest.fixture
-def now(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[datetime.datetime]]:
-    """The engine's clock, held still; tests move it by replacing the one element."""
-    moment = [timezone.now()]
-    monkeypatch.setattr(engine, "clock", lambda: moment[0])
-    yield moment
 
 
 def _run(template: WorkflowTemplate | str, steps: list[dict[str, Any]], cluster: str = "c1") -> Run:

@@ -8,18 +8,16 @@ reconciler sends an overdue run or its overdue ready steps, never both.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
 from tests.support import capi
 from tests.support import workflows as wf
 from tests.workflows import runs
-from workflows import actions, engine, tasks
+from workflows import actions, engine
 from workflows.models import Run, RunEvent, StepRun, WorkflowTemplate
 
 pytestmark = pytest.mark.django_db
@@ -30,32 +28,9 @@ QUERIES_PER_CHAINED_NOOP_STEP = 3
 
 
 @pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
-    """The messages the engine sends, recorded instead of reaching the broker."""
-    messages: list[tuple[str, Any]] = []
-
-    def recorder(name: str) -> Callable[..., None]:
-        return lambda *args, **kwargs: messages.append((name, args[0] if args else None))
-
-    monkeypatch.setattr(tasks.advance, "delay", recorder("advance"))
-    monkeypatch.setattr(tasks.run_step, "delay", recorder("run_step"))
-    monkeypatch.setattr(tasks.run_step, "apply_async", recorder("run_step_later"))
-    monkeypatch.setattr(tasks.cluster_event, "delay", recorder("cluster_event"))
-    return messages
-
-
-@pytest.fixture
 def on_commit(django_capture_on_commit_callbacks: Any) -> Any:
     """Runs what the engine sends after commit (the test's transaction never commits)."""
     return django_capture_on_commit_callbacks
-
-
-@pytest.fixture
-def now(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[datetime.datetime]]:
-    """The engine's clock, held still; tests move it by replacing the one element."""
-    moment = [timezone.now()]
-    monkeypatch.setattr(engine, "clock", lambda: moment[0])
-    yield moment
 
 
 def _run(template: WorkflowTemplate | str, steps: list[dict[str, Any]], cluster: str = "c1") -> Run:
