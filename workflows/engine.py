@@ -124,15 +124,16 @@ _RUN_ANSWER_FIELDS = (
 
 
 #: The steady-state poll, written out: compiling the equivalent ORM query (a FilteredRelation
-#: join) cost more CPU than PostgreSQL spends running it. Runs whose template was deleted
-#: and made again are not joined (their link is cleared); the insert then meets the unique
-#: constraint and finds them by name.
+#: join) cost more CPU than PostgreSQL spends running it. Runs are joined by their template's
+#: name, as the unique constraint (workflows_run_moment_uniq) keys them: a template deleted
+#: and made again under the same name still finds its runs in this one query.
 #: Its run columns are _RUN_ANSWER_FIELDS, in that order.
 _TEMPLATES_AND_RUNS_SQL = (
     "SELECT t.id, t.name, t.spec, t.generation, r.id, r.template_name, r.spec, r.state,"
     " r.message, r.deadline_at, r.deadline_exceeded, r.released"
     " FROM workflows_workflowtemplate t LEFT OUTER JOIN workflows_run r"
-    " ON r.template_id = t.id AND r.cluster_key = %s AND r.hook = %s AND r.moment = %s"
+    " ON r.template_name = t.name AND r.hook = t.hook AND r.cluster_key = %s"
+    " AND r.moment = %s"
     " WHERE t.hook = %s ORDER BY t.name"
 )
 
@@ -145,7 +146,7 @@ def _templates_and_runs(call: wire.HookCall) -> tuple[list[WorkflowTemplate], di
     hook = call.hook.name
     with connection.cursor() as cursor:
         cursor.execute(
-            _TEMPLATES_AND_RUNS_SQL, (call.cluster.key, hook, selection.moment_key(call), hook)
+            _TEMPLATES_AND_RUNS_SQL, (call.cluster.key, selection.moment_key(call), hook)
         )
         rows = cursor.fetchall()
     templates: list[WorkflowTemplate] = []

@@ -205,12 +205,15 @@ def test_a_repeated_call_costs_one_query(django_assert_num_queries: Any) -> None
     assert len(answer.runs) == 2
 
 
-def test_a_template_made_again_under_the_same_name_finds_the_old_run() -> None:
+def test_a_template_made_again_under_the_same_name_finds_the_old_run(
+    django_assert_num_queries: Any,
+) -> None:
     template = wf.template("backup")
     _answer(wf.call())
     template.delete()  # the run's link to its template is cleared
     wf.template("backup")
-    answer = _answer(wf.call())
+    with django_assert_num_queries(1):  # found by name in the poll's one query
+        answer = _answer(wf.call())
     assert Run.objects.count() == 1
     assert answer.runs == (Run.objects.get().pk,)
 
