@@ -152,7 +152,7 @@ def _templates_and_runs(call: wire.HookCall) -> tuple[list[WorkflowTemplate], di
     templates: list[WorkflowTemplate] = []
     found: dict[str, Run] = {}
     for template_id, name, spec_json, generation, *run in rows:
-        template_spec = _json(spec_json)
+        template_spec = decode_json(spec_json)
         if not selection.matches(template_spec, call):
             continue
         templates.append(
@@ -162,7 +162,7 @@ def _templates_and_runs(call: wire.HookCall) -> tuple[list[WorkflowTemplate], di
         )
         if run[0] is not None:
             fields = dict(zip(_RUN_ANSWER_FIELDS, run, strict=True))
-            fields["spec"] = _json(fields["spec"])
+            fields["spec"] = decode_json(fields["spec"])
             if fields["deadline_at"] is not None and timezone.is_naive(fields["deadline_at"]):
                 # SQLite keeps UTC times without their zone (Django's converter adds it).
                 fields["deadline_at"] = timezone.make_aware(fields["deadline_at"], datetime.UTC)
@@ -170,7 +170,7 @@ def _templates_and_runs(call: wire.HookCall) -> tuple[list[WorkflowTemplate], di
     return templates, found
 
 
-def _json(value: Any) -> Any:
+def decode_json(value: Any) -> Any:
     # PostgreSQL's jsonb comes as text through Django's connection (JSONField decodes it);
     # SQLite's JSON is text too.
     return json.loads(value) if isinstance(value, str | bytes) else value
@@ -689,7 +689,7 @@ def poll_later(step: StepRun, now: datetime.datetime) -> None:
         return
     after = max(0.0, (step.due_at - now).total_seconds())
     if needs_countdown(step.state, after):
-        transaction.on_commit(functools.partial(_enqueue_poll, step.pk, after))
+        transaction.on_commit(functools.partial(enqueue_poll, step.pk, after))
 
 
 def _attempt(run: Run, step: StepRun, now: datetime.datetime) -> bool:
@@ -890,7 +890,7 @@ def _enqueue_steps(step_ids: Iterable[int]) -> None:
     )
 
 
-def _enqueue_poll(step_id: int, after: float) -> None:
+def enqueue_poll(step_id: int, after: float) -> None:
     from workflows import tasks
 
     tasks.send_each(

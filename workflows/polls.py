@@ -172,14 +172,9 @@ def _claim_portable(
         return [{k.removeprefix("run__"): v for k, v in row.items()} for row in rows]
 
 
-def _json(value: Any) -> Any:
-    # Django reads jsonb as text through a raw cursor and decodes it in the field.
-    return json.loads(value) if isinstance(value, str) else value
-
-
 def _step(row: dict[str, Any], lease: datetime.datetime) -> StepRun:
     """A StepRun (with its run) built from a claimed row, as the engine's functions take it."""
-    row = {k: _json(v) if k in _JSON_COLUMNS else v for k, v in row.items()}
+    row = {k: engine.decode_json(v) if k in _JSON_COLUMNS else v for k, v in row.items()}
     run = Run(id=row["run_id"], state=Run.State.RUNNING, **{c: row[c] for c in _RUN_COLUMNS})
     step = StepRun(
         **{c: row[c] for c in _STEP_COLUMNS if c != "run_id"},
@@ -265,7 +260,7 @@ def _countdowns(writes: Sequence[_Write], *, now: datetime.datetime) -> None:
     """A step whose next poll is soon gets its countdown, as after engine._execute."""
     for w in writes:
         if engine.needs_countdown(StepRun.State.WAITING, w.after):
-            engine._enqueue_poll(w.step_id, max(0.0, (w.due_at - now).total_seconds()))
+            engine.enqueue_poll(w.step_id, max(0.0, (w.due_at - now).total_seconds()))
 
 
 def _finish(
