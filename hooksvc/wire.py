@@ -31,6 +31,11 @@ class BadRequest(Exception):
     """The request is not a valid hook request."""
 
 
+def cluster_key(uid: str, namespace: str, name: str) -> str:
+    """A cluster's identity: its UID, or namespace/name when CAPI sent none."""
+    return uid or f"{namespace}/{name}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Cluster:
     """The parts of a CAPI Cluster that hooksvc relies on (v1beta1 and v1beta2 alike)."""
@@ -48,8 +53,7 @@ class Cluster:
 
     @property
     def key(self) -> str:
-        """The cluster's identity: its UID, or namespace/name when CAPI sent none."""
-        return self.uid or f"{self.namespace}/{self.name}"
+        return cluster_key(self.uid, self.namespace, self.name)
 
     @property
     def has_topology(self) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hooksvc import wire
 from workflows import k8s
 from workflows.models import Run, StepRun
 from workflows.steps import helm, objects, registry
@@ -57,7 +58,9 @@ def _installed(ctx: registry.StepContext) -> list[dict[str, Any]] | None:
     """The install step's inventory for this cluster; None when it never succeeded here."""
     template, step = ctx.params["fromTemplate"], ctx.params["fromStep"]
     cluster = ctx.cluster
-    key = cluster.get("uid") or f"{cluster.get('namespace')}/{cluster.get('name')}"
+    key = wire.cluster_key(
+        str(cluster.get("uid") or ""), str(cluster.get("namespace")), str(cluster.get("name"))
+    )
     found = (
         StepRun.objects.filter(
             run__template_name=template,
