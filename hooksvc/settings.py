@@ -245,7 +245,7 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "inte
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {
         "task": "workflows.reconcile",
-        "schedule": float(os.environ.get("HOOKSVC_RECONCILE_SECONDS", "15")),
+        "schedule": _number("HOOKSVC_RECONCILE_SECONDS", 15),
     },
     # A batch message that waited longer than this is dropped: a newer one does its work.
     "poll-due": {
@@ -255,9 +255,9 @@ CELERY_BEAT_SCHEDULE = {
     },
     "prune-hook-calls": {"task": "workflows.prune_hook_calls", "schedule": 3600.0},
 }
-HOOK_CALL_RETENTION_DAYS = float(os.environ.get("HOOKSVC_HOOK_CALL_RETENTION_DAYS", "7"))
+HOOK_CALL_RETENTION_DAYS = _number("HOOKSVC_HOOK_CALL_RETENTION_DAYS", 7)
 #: Hook call records (a best-effort audit trail) are buffered and written this often.
-HOOK_CALL_FLUSH_SECONDS = float(os.environ.get("HOOKSVC_HOOK_CALL_FLUSH_SECONDS", "0.2"))
+HOOK_CALL_FLUSH_SECONDS = _number("HOOKSVC_HOOK_CALL_FLUSH_SECONDS", 0.2, zero=True)
 
 ADMIN_PORT = int(os.environ.get("HOOKSVC_ADMIN_PORT", "0")) or None
 #: A bearer token /metrics requires; empty: none (restrict the port instead).
@@ -272,7 +272,7 @@ HOOKS_PATH_PREFIX = os.environ.get("HOOKSVC_PATH_PREFIX", "").strip("/")
 HOOKS_HANDLERS = os.environ.get("HOOKSVC_HANDLERS", "")
 
 #: How late a wake-up must be before the reconciler re-enqueues it (countdowns go first).
-RECONCILE_GRACE_SECONDS = float(os.environ.get("HOOKSVC_RECONCILE_GRACE_SECONDS", "30"))
+RECONCILE_GRACE_SECONDS = _number("HOOKSVC_RECONCILE_GRACE_SECONDS", 30)
 
 #: Batched polls (workflows.polls): at most this many steps per batch, owned this long.
 POLL_BATCH_SIZE = max(1, int(_number("HOOKSVC_POLL_BATCH_SIZE", 100)))

@@ -228,9 +228,13 @@ def test_the_reconciler_leaves_due_waiting_steps_to_the_batch_poller(
         ("HOOKSVC_POLL_LEASE_SECONDS", "0"),
         ("HOOKSVC_POLL_BATCH_SECONDS", "-1"),
         ("HOOKSVC_POLL_BATCH_MIN_WAIT_SECONDS", "nan"),
+        ("HOOKSVC_HOOK_CALL_FLUSH_SECONDS", "nan"),
+        ("HOOKSVC_RECONCILE_SECONDS", "0"),
+        ("HOOKSVC_RECONCILE_GRACE_SECONDS", "15s"),
+        ("HOOKSVC_HOOK_CALL_RETENTION_DAYS", "-1"),
     ],
 )
-def test_a_bad_batch_setting_stops_the_process_naming_it(variable: str, value: str) -> None:
+def test_a_bad_number_setting_stops_the_process_naming_it(variable: str, value: str) -> None:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "hooksvc.settings", variable: value}
     result = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
