@@ -143,3 +143,16 @@ def test_a_missing_environment_variable_is_named_not_guessed() -> None:
 )
 def test_redaction_hides_header_values_and_credential_keys(shown: object, expected: object) -> None:
     assert redaction.redact(shown) == expected
+
+
+@pytest.mark.parametrize("variable", ["DATABASE_URL", "HOOKSVC_SECRET_KEY", "PGPASSWORD"])
+def test_a_template_cannot_send_hooksvcs_own_configuration_as_a_header(variable: str) -> None:
+    with pytest.raises(registry.ParamError) as exc:
+        registry.validate(
+            "http",
+            {"url": "https://hooks.example/notify", "headersFromEnv": {"X-Key": variable}},
+            hook="BeforeClusterUpgrade",
+        )
+    assert str(exc.value) == (
+        f"headersFromEnv.X-Key: {variable} is hooksvc's own configuration, not a header"
+    )

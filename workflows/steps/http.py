@@ -18,6 +18,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from django.conf import settings
+
 from workflows import errors
 from workflows.steps import registry
 
@@ -36,10 +38,21 @@ def _check_headers(headers: dict[str, Any]) -> dict[str, Any]:
     return headers
 
 
+def _own_configuration(name: str) -> bool:
+    """hooksvc's own settings and client credentials: a template must not send them away."""
+    return (
+        name in settings.ENVIRONMENT
+        or name.startswith(("PG", "KUBERNETES_", "CELERY_", "DJANGO_"))
+        or name == "KUBECONFIG"
+    )
+
+
 def _check_env_names(names: dict[str, Any]) -> dict[str, Any]:
     for key, value in names.items():
         if not isinstance(value, str) or not value:
             raise registry.ParamError(key, "must be the name of an environment variable")
+        if _own_configuration(value):
+            raise registry.ParamError(key, f"{value} is hooksvc's own configuration, not a header")
     return names
 
 
