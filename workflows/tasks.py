@@ -25,17 +25,19 @@ EVENT_RETRY_SECONDS = 10
 def send_each(
     task: Any, calls: Iterable[tuple[Any, ...]], *, action: str, then: str, **options: Any
 ) -> None:
-    """Send `task` once per argument tuple. With the broker down, log once and stop:
-    `then` says who catches up (the reconciler, or nobody for best-effort work)."""
-    for args in calls:
+    """Send `task` once per argument tuple. With the broker down, stop and log once, naming
+    every call not sent: `then` says who catches up (the reconciler, or nobody)."""
+    pending = list(calls)
+    for sent, args in enumerate(pending):
         try:
             if options:
                 task.apply_async(args, **options)
             else:
                 task.delay(*args)
         except Exception:
+            unsent = [list(a) for a in pending[sent:]]
             logger.warning(
-                f"broker unavailable; {then}", extra={"action": action, "task_args": list(args)}
+                f"broker unavailable; {then}", extra={"action": action, "unsent": unsent}
             )
             return
 
