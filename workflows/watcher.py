@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from hooksvc import catalog, metrics, wire
 from workflows import addons, engine, k8s, selection
-from workflows.models import WorkflowTemplate
+from workflows.models import Run, WorkflowTemplate
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,6 @@ def removal_ensure(obj: dict[str, Any]) -> list[int]:
     ]
     if not templates:
         return []
-    metrics.WATCHER_REMOVALS.inc()
     cycle = engine.wait_cycle(templates)
     if cycle:
         logger.error(
@@ -69,7 +68,15 @@ def removal_ensure(obj: dict[str, Any]) -> list[int]:
         )
         return []
     with transaction.atomic():
+        # Counted once per Cluster: a deletion brings many MODIFIED events and re-lists.
+        started_before = Run.objects.filter(
+            hook=HOOK.name,
+            cluster_key=cluster.key,
+            template_name__in=[t.name for t in templates],
+        ).exists()
         runs = engine.runs_ensure(templates=templates, call=call)
+    if not started_before:
+        metrics.WATCHER_REMOVALS.inc()
     logger.info(
         "removal ensured for a deleted Cluster without a topology",
         extra={

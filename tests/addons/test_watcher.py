@@ -168,6 +168,9 @@ def test_the_watcher_serves_its_health_and_counts_its_passes_and_removals(
         _, before = _get(base + "/metrics")
         kube.put_object(cluster("plain", topology=False, deleting=True, uid="u-plain"))
         wait_for("the removal run", lambda: bool(removals()))
+        seen_again = kube.get_object(*CLUSTERS, "fleet", "plain")
+        assert seen_again is not None
+        watcher.removal_ensure(seen_again)  # a later event for the same deletion
         kube.stop()
         wait_for(
             "a failed pass counted",
