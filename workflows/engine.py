@@ -836,14 +836,12 @@ def _record(
     return True
 
 
-def _record_poll(
+def poll_changes(
     step: StepRun, outcome: registry.Poll, memo: dict[str, Any], now: datetime.datetime
-) -> None:
-    """A waiting step polls again: one UPDATE of its own row, nothing else.
+) -> dict[str, Any]:
+    """The columns a repeated poll changes: the next due time, and what differs from the row.
 
-    Only what changed is written, and the commit does not wait for the disk
-    (PostgreSQL's asynchronous commit, this transaction only): a crash may lose the last
-    polls' records, and the step is then polled again, which steps must allow anyway.
+    The countdown path and the batch poller (workflows.polls) both write exactly these.
     """
     changes: dict[str, Any] = {
         "due_at": now + datetime.timedelta(seconds=max(0.0, outcome.after)),
@@ -857,6 +855,19 @@ def _record_poll(
         changes["output"] = dict(outcome.output)
     if step.started_at is None:
         changes["started_at"] = now
+    return changes
+
+
+def _record_poll(
+    step: StepRun, outcome: registry.Poll, memo: dict[str, Any], now: datetime.datetime
+) -> None:
+    """A waiting step polls again: one UPDATE of its own row, nothing else.
+
+    Only what changed is written, and the commit does not wait for the disk
+    (PostgreSQL's asynchronous commit, this transaction only): a crash may lose the last
+    polls' records, and the step is then polled again, which steps must allow anyway.
+    """
+    changes = poll_changes(step, outcome, memo, now)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")

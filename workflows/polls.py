@@ -188,18 +188,9 @@ def _step(row: dict[str, Any], lease: datetime.datetime) -> StepRun:
 def _poll_write(
     step: StepRun, memo: dict[str, Any], outcome: registry.Poll, now: datetime.datetime
 ) -> _Write:
-    """What a repeated poll changes (as engine._record_poll writes it), unchanged left None."""
-    message = outcome.message[:500]
-    output = dict(outcome.output) if outcome.output is not None else None
-    after = max(0.0, outcome.after)
+    """What a repeated poll changes (engine.poll_changes), unchanged columns left None."""
     return _Write(
-        step.pk,
-        due_at=now + datetime.timedelta(seconds=after),
-        after=after,
-        memo=memo if memo != step.memo else None,
-        message=message if message != step.message else None,
-        output=output if output != step.output else None,
-        started_at=now if step.started_at is None else None,
+        step.pk, after=max(0.0, outcome.after), **engine.poll_changes(step, outcome, memo, now)
     )
 
 
