@@ -21,6 +21,7 @@ release's newest one reads the release instead of upgrading it again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -110,9 +111,18 @@ def _failure(what: str, code: int, stderr: str) -> errors.StepError:
     return errors.TemporaryError(f"{what}: helm exited with code {code}")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Workspace:
+    helm: str
+    kubeconfig: str
+    env: dict[str, str]
+
+
 @contextlib.contextmanager
-def _workspace(ctx: registry.StepContext) -> Iterator[tuple[str, dict[str, str]]]:
-    """A private directory with the kubeconfig, and helm's environment pointing into it."""
+def _workspace(ctx: registry.StepContext) -> Iterator[_Workspace]:
+    """The helm binary, a private directory with the kubeconfig, and helm's environment
+    pointing into it: made once for the commands of one install or removal."""
+    helm = binary()
     content = k8s.workload_kubeconfig(str(ctx.cluster["namespace"]), str(ctx.cluster["name"]))
     with tempfile.TemporaryDirectory(prefix="hooksvc-helm-") as home:  # created 0700
         kubeconfig = os.path.join(home, "kubeconfig")
@@ -123,25 +133,23 @@ def _workspace(ctx: registry.StepContext) -> Iterator[tuple[str, dict[str, str]]
         env = {key: value for key, value in os.environ.items() if not key.startswith("HELM_")}
         for name in ("CACHE", "CONFIG", "DATA"):
             env[f"HELM_{name}_HOME"] = os.path.join(home, name.lower())
-        yield kubeconfig, env
+        yield _Workspace(helm, kubeconfig, env)
 
 
-def _run(ctx: registry.StepContext, args: list[str], what: str, stdin: str = "") -> str:
-    helm = binary()
-    with _workspace(ctx) as (kubeconfig, env):
-        try:
-            # Fixed binary, no shell, arguments from a validated spec.
-            done = subprocess.run(  # noqa: S603  # nosec B603
-                [helm, *args, "--kubeconfig", kubeconfig],
-                input=stdin,
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_SECONDS,
-                check=False,
-                env=env,
-            )
-        except subprocess.TimeoutExpired:
-            raise errors.TemporaryError(f"{what}: helm did not finish in time") from None
+def _run(ws: _Workspace, args: list[str], what: str, stdin: str = "") -> str:
+    try:
+        # Fixed binary, no shell, arguments from a validated spec.
+        done = subprocess.run(  # noqa: S603  # nosec B603
+            [ws.helm, *args, "--kubeconfig", ws.kubeconfig],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_SECONDS,
+            check=False,
+            env=ws.env,
+        )
+    except subprocess.TimeoutExpired:
+        raise errors.TemporaryError(f"{what}: helm did not finish in time") from None
     if done.returncode != 0:
         if "release: not found" in done.stderr:
             raise ReleaseNotFound(f"{what}: not found")
@@ -162,11 +170,11 @@ def marker(ctx: registry.StepContext) -> str:
     return f"hooksvc run {ctx.run_id} step {ctx.step_name}"
 
 
-def _installed_by(ctx: registry.StepContext, release: str, ns: str) -> bool:
+def _installed_by(ws: _Workspace, ctx: registry.StepContext, release: str, ns: str) -> bool:
     """True when the release's newest revision is this step's, deployed."""
     args = ["history", release, "--namespace", ns, "--max", "1", "--output", "json"]
     try:
-        history = json.loads(_run(ctx, args, _what(release, ns)) or "[]")
+        history = json.loads(_run(ws, args, _what(release, ns)) or "[]")
     except ReleaseNotFound:
         return False
     return bool(
@@ -180,19 +188,21 @@ def install(ctx: registry.StepContext, chart: dict[str, Any]) -> list[dict[str, 
     """`helm upgrade --install` the chart once; return the manifests of the release's objects."""
     release, ns = chart["release"], chart["namespace"]
     what = _what(release, ns)
-    if not _installed_by(ctx, release, ns):
-        args = ["upgrade", "--install", release, chart["chart"], "--namespace", ns]
-        args += ["--create-namespace", "--values", "-", "--description", marker(ctx)]
-        if chart.get("repo"):
-            args += ["--repo", chart["repo"]]
-        if chart.get("version"):
-            args += ["--version", chart["version"]]
-        _run(ctx, args, what, stdin=yaml.safe_dump(chart.get("values") or {}))
-    manifest = _run(ctx, ["get", "manifest", release, "--namespace", ns], what)
+    with _workspace(ctx) as ws:
+        if not _installed_by(ws, ctx, release, ns):
+            args = ["upgrade", "--install", release, chart["chart"], "--namespace", ns]
+            args += ["--create-namespace", "--values", "-", "--description", marker(ctx)]
+            if chart.get("repo"):
+                args += ["--repo", chart["repo"]]
+            if chart.get("version"):
+                args += ["--version", chart["version"]]
+            _run(ws, args, what, stdin=yaml.safe_dump(chart.get("values") or {}))
+        manifest = _run(ws, ["get", "manifest", release, "--namespace", ns], what)
     return [doc for doc in yaml.safe_load_all(manifest) if isinstance(doc, dict)]
 
 
 def uninstall(ctx: registry.StepContext, release: str, namespace: str) -> None:
     """Uninstall the release (its objects and its history); nothing when it is gone already."""
     what = _what(release, namespace)
-    _run(ctx, ["uninstall", release, "--namespace", namespace, "--ignore-not-found"], what)
+    with _workspace(ctx) as ws:
+        _run(ws, ["uninstall", release, "--namespace", namespace, "--ignore-not-found"], what)
