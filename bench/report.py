@@ -18,6 +18,12 @@ def _verdict(ok: bool, miss: str = "") -> str:
     return "met" if ok else f"**missed** ({miss})"
 
 
+def _label(quick: bool) -> str:
+    if quick:
+        return "quick"
+    return "full (BENCH_FULL=1)" if os.environ.get("BENCH_FULL") == "1" else "default"
+
+
 def render(results: dict[str, Any], *, sizes: env.Sizes, quick: bool, minutes: float) -> str:
     cores = os.cpu_count()
     lines = [
@@ -25,9 +31,9 @@ def render(results: dict[str, Any], *, sizes: env.Sizes, quick: bool, minutes: f
         "",
         "Written by `make bench` (`python -m bench.run`); rerun it to refresh this page.",
         f"Machine: **{cores} cores**, {platform.machine()}, Python {platform.python_version()}; "
-        f"{'quick' if quick else 'default'} sizes; {datetime.date.today().isoformat()}; "
-        f"{minutes:.0f} minutes in all. The machine is shared: absolute figures move between "
-        "runs, the ratios to the baselines measured in the same run are what to compare.",
+        f"{_label(quick)} sizes; {datetime.date.today().isoformat()}; "
+        f"{minutes:.0f} minutes in all. Absolute figures move between runs on a machine that "
+        "may be shared; the ratios to the baselines measured in the same run are what to compare.",
         "What the profiles showed and what changed: [performance.md](performance.md).",
         "",
         "| # | measure | figure | baseline (same run) | ratio | target | verdict |",

@@ -1,10 +1,11 @@
-"""`make bench`: run the five benchmarks and write docs/benchmarks.md.
+"""`make bench`: run benchmarks 1-4 (5, memory, is read during them) and write docs/benchmarks.md.
 
     python -m bench.run [--quick] [--only hooks,engine,waiting,start]
 
 Figures are printed as they come and written, with their baselines, ratios and the
 machine's core count, into docs/benchmarks.md (see bench/report.py). Sizes and durations
-are in bench/env.py; BENCH_FULL=1 makes the waiting benchmark ten minutes long.
+are in bench/env.py; BENCH_FULL=1 uses the issue's sizes and durations (ten minutes of
+waiting, 1,000 engine workflows, 10 s per wrk level).
 """
 
 from __future__ import annotations

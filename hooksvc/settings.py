@@ -20,7 +20,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # Kept out of the table below: bandit (B105) takes a string under a key named like a
 # secret for a hard-coded password. This is the variable's description.
 _SECRET_KEY_HELP = "Django's secret key; required in production"  # noqa: S105  # nosec B105
-_METRICS_TOKEN_HELP = "if set, /metrics wants `Authorization: Bearer <token>`"  # noqa: S105  # nosec B105
+_METRICS_TOKEN_HELP = "if set, the web's /metrics wants `Authorization: Bearer <token>`"  # noqa: S105  # nosec B105
 _ADMIN_PASSWORD_HELP = "`make run` gives it to HOOKSVC_ADMIN_USERNAME"  # noqa: S105  # nosec B105
 
 #: Every environment variable the code reads, with what it means. Deployment tests
@@ -35,6 +35,7 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_BIND": "address the HTTPS server listens on, default 0.0.0.0:9443",
     "HOOKSVC_ADMIN_PORT": "a second HTTPS port for the admin and /metrics; unset: one port for all",
     "HOOKSVC_TLS_DIR": "directory holding tls.crt, tls.key and ca.crt (cert-manager's layout)",
+    "HOOKSVC_DEV_CERT_HOSTS": "`make run`: extra names for the development serving certificate",
     "HOOKSVC_TLS_CLIENT_AUTH": "1 to require client certificates signed by ca.crt (mutual TLS)",
     "HOOKSVC_PATH_PREFIX": "path prefix of the hook endpoints (ExtensionConfig service.path)",
     "HOOKSVC_HANDLERS": "JSON overrides per hook: name, timeoutSeconds, failurePolicy",
