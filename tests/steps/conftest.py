@@ -8,6 +8,7 @@ through the `<cluster>-kubeconfig` Secret the test puts there as CAPI would.
 from __future__ import annotations
 
 import base64
+import datetime
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,11 @@ import pytest
 import yaml
 from django.test import override_settings
 
+from tests.support import capi
+from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
-from workflows import k8s
+from workflows import engine, k8s
+from workflows.models import Run
 from workflows.steps import registry
 
 #: The namespace of the Clusters of these tests, and their name.
@@ -108,3 +112,19 @@ def context() -> Context:
 def run(ctx: registry.StepContext) -> registry.Outcome:
     """Call the step function as the engine does."""
     return registry.get(ctx.step_type).run(ctx)
+
+
+def start(hook: str, steps: list[dict[str, Any]], name: str = "t") -> Run:
+    """A run of a template `name` with `steps` for the test cluster, advanced once in process."""
+    template = wf.template(name, hook=hook, steps=steps)
+    cluster = capi.cluster_v1beta2(name=CLUSTER, namespace=NS, uid=CLUSTER_UID)
+    [run] = engine.runs_ensure(templates=[template], call=wf.call(hook, cluster=cluster))
+    engine.advance(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def later(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Move the engine's clock `seconds` ahead."""
+    moved = engine.clock() + datetime.timedelta(seconds=seconds)
+    monkeypatch.setattr(engine, "clock", lambda: moved)

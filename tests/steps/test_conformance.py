@@ -14,7 +14,6 @@ failure and retry paths (the worker tests cover the cleanup itself).
 from __future__ import annotations
 
 import base64
-import datetime
 import gzip
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,8 +22,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from tests.steps.conftest import CLUSTER, CLUSTER_UID, NS, Context, run
-from tests.support import capi
+from tests.steps.conftest import CLUSTER, CLUSTER_UID, NS, Context, later, run, start
 from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
 from workflows import actions, cleanups, engine, errors
@@ -584,22 +582,16 @@ def test_parse_results_takes_the_last_summary() -> None:
 def test_the_engine_times_it_out_after_two_hours_by_default_and_it_cleans_up(
     kube: KubeEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    template = wf.template(
-        "conformance-after-upgrade",
-        hook="AfterClusterUpgrade",
-        steps=[{"name": "conformance", "type": "conformance"}],
+    run_ = start(
+        "AfterClusterUpgrade",
+        [{"name": "conformance", "type": "conformance"}],
+        name="conformance-after-upgrade",
     )
-    cluster = capi.cluster_v1beta2(name=CLUSTER, namespace=NS, uid=CLUSTER_UID)
-    [run_] = engine.runs_ensure(
-        templates=[template], call=wf.call("AfterClusterUpgrade", cluster=cluster)
-    )
-    engine.advance(run_.pk)
     step = StepRun.objects.get(run=run_)
     assert (step.state, step.timeout_seconds) == ("waiting", 7200)
     name = f"hooksvc-{run_.pk}-conformance"
     assert kube.get_object("", "v1", "namespaces", None, name) is not None
-    later = engine.clock() + datetime.timedelta(seconds=7201)
-    monkeypatch.setattr(engine, "clock", lambda: later)
+    later(monkeypatch, 7201)
     engine.run_step(step.pk)
     step.refresh_from_db()
     assert (step.state, step.message) == ("failed", "timed out after 7200 s")
@@ -609,31 +601,21 @@ def test_the_engine_times_it_out_after_two_hours_by_default_and_it_cleans_up(
 
 @pytest.mark.django_db
 def test_a_template_timeout_replaces_the_default() -> None:
-    template = wf.template(
-        "conformance-after-upgrade",
-        hook="AfterClusterUpgrade",
-        steps=[{"name": "conformance", "type": "conformance", "timeoutSeconds": 600}],
+    run_ = start(
+        "AfterClusterUpgrade",
+        [{"name": "conformance", "type": "conformance", "timeoutSeconds": 600}],
+        name="conformance-after-upgrade",
     )
-    cluster = capi.cluster_v1beta2(name=CLUSTER, namespace=NS, uid=CLUSTER_UID)
-    [run_] = engine.runs_ensure(
-        templates=[template], call=wf.call("AfterClusterUpgrade", cluster=cluster)
-    )
-    engine.advance(run_.pk)
     assert StepRun.objects.get(run=run_).timeout_seconds == 600
 
 
 def cancelled_run(kube: KubeEmulator, capture: Any) -> tuple[Run, StepRun, str]:
     """A run whose conformance step started, then cancelled (the cleanup task not sent)."""
-    template = wf.template(
-        "conformance-after-upgrade",
-        hook="AfterClusterUpgrade",
-        steps=[{"name": "conformance", "type": "conformance"}],
+    run_ = start(
+        "AfterClusterUpgrade",
+        [{"name": "conformance", "type": "conformance"}],
+        name="conformance-after-upgrade",
     )
-    cluster = capi.cluster_v1beta2(name=CLUSTER, namespace=NS, uid=CLUSTER_UID)
-    [run_] = engine.runs_ensure(
-        templates=[template], call=wf.call("AfterClusterUpgrade", cluster=cluster)
-    )
-    engine.advance(run_.pk)
     name = f"hooksvc-{run_.pk}-conformance"
     assert kube.get_object("", "v1", "namespaces", None, name) is not None
     with capture(execute=False) as callbacks:

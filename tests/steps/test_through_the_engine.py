@@ -7,35 +7,16 @@ cleaned up. The engine's clock is moved instead of waiting.
 
 from __future__ import annotations
 
-import datetime
-from typing import Any
-
 import pytest
 
-from tests.steps.conftest import CLUSTER, CLUSTER_UID, NS
-from tests.support import capi
-from tests.support import workflows as wf
+from tests.steps.conftest import NS, later, start
 from tests.support.kube import KubeEmulator
 from workflows import engine
-from workflows.models import Run, StepRun
+from workflows.models import StepRun
 
 pytestmark = pytest.mark.django_db
 
 JOB = {"image": "busybox:1.36", "command": ["false"], "namespace": NS}
-
-
-def start(hook: str, steps: list[dict[str, Any]]) -> Run:
-    template = wf.template("t", hook=hook, steps=steps)
-    cluster = capi.cluster_v1beta2(name=CLUSTER, namespace=NS, uid=CLUSTER_UID)
-    [run] = engine.runs_ensure(templates=[template], call=wf.call(hook, cluster=cluster))
-    engine.advance(run.pk)
-    run.refresh_from_db()
-    return run
-
-
-def later(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    moved = engine.clock() + datetime.timedelta(seconds=seconds)
-    monkeypatch.setattr(engine, "clock", lambda: moved)
 
 
 def test_an_unreachable_api_server_retries_the_step_and_the_run_goes_on(
