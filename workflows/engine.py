@@ -666,12 +666,17 @@ def _execute(step_id: int) -> tuple[bool, int]:
         if run.state != Run.State.RUNNING or (step.due_at and step.due_at > now):
             return False, run.pk
         finished = _attempt(run, step, now)
-        if finished:
-            # Due now: if this worker dies before it schedules the run, the reconciler will.
-            Run.objects.filter(pk=run.pk).update(wake_at=now)
-        else:
-            poll_later(step, now)
+        after_attempt(run, step, finished, now)
     return finished, run.pk
+
+
+def after_attempt(run: Run, step: StepRun, finished: bool, now: datetime.datetime) -> None:
+    """Inside the step's transaction: a finished step makes its run due, else it polls later."""
+    if finished:
+        # Due now: if this worker dies before it schedules the run, the reconciler will.
+        Run.objects.filter(pk=run.pk).update(wake_at=now)
+    else:
+        poll_later(step, now)
 
 
 def needs_countdown(state: str, after: float) -> bool:

@@ -278,11 +278,7 @@ def _finish(
         if not locked:
             return False
         finished = engine.conclude(run, step, ctx, outcome, started=started, now=now)
-        if finished:
-            # Due now: if this worker dies before it schedules the run, the reconciler will.
-            Run.objects.filter(pk=run.pk).update(wake_at=now)
-        else:
-            engine.poll_later(step, now)
+        engine.after_attempt(run, step, finished, now)
     if finished:
         engine.advance(run.pk)
     return finished
