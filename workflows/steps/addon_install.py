@@ -127,8 +127,7 @@ def _chart_entry(api: k8s.ApiClient, doc: manifests.Manifest, chart: dict[str, A
     return entry
 
 
-def _apply(ctx: registry.StepContext) -> None:
-    api = objects.workload(ctx)
+def _apply(ctx: registry.StepContext, api: k8s.ApiClient) -> None:
     docs = list(ctx.params.get("manifests") or [])
     if ctx.params.get("configMapRef"):
         docs += _config_map_manifests(ctx.params["configMapRef"])
@@ -170,12 +169,14 @@ def rolled_out(obj: manifests.Manifest) -> bool:
 @registry.step_type("addon_install", params=PARAMS, check=_check)
 def addon_install(ctx: registry.StepContext) -> registry.Outcome:
     """Applies add-on manifests and charts, then waits until they are rolled out."""
+    api = None
     if "inventory" not in ctx.memo:
-        _apply(ctx)
+        api = objects.workload(ctx)
+        _apply(ctx, api)
     output = {"inventory": ctx.memo["inventory"]}
     if not ctx.params["waitForRollout"]:
         return registry.Done(output)
-    api = objects.workload(ctx)
+    api = api or objects.workload(ctx)
     waiting = []
     for entry in ctx.memo["rollout"]:
         what = f"{entry['kind']} {entry['namespace']}/{entry['name']}"
