@@ -1,6 +1,7 @@
-# syntax=docker/dockerfile:1
-# hooksvc: one image for every process (web, worker, beat, migrate); docker-entrypoint.sh
-# picks the process from the first argument. Build: `docker build -t hooksvc .`
+# hooksvc: one image for every process (web, worker, beat, watch-clusters, migrate);
+# docker-entrypoint.sh picks the process from the first argument. Build: `make image`
+# (docker or podman, scripts/build-image). No `# syntax=` line: BuildKit would fetch that
+# frontend image from a registry; the classic instruction set here needs none.
 # Pin the base by digest in CI (python:3.11-slim@sha256:...) for reproducible builds.
 ARG PYTHON_IMAGE=python:3.11-slim
 

@@ -2,17 +2,27 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
+REQUIREMENTS_SUM := $(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
+# Two installs, each redone when requirements/ changes: what `make run` needs
+# (requirements/run.txt), and the test tools on top of it (dev.txt) for everything else.
+RUN_STAMP := $(VENV)/.installed-run-$(REQUIREMENTS_SUM)
+STAMP := $(VENV)/.installed-dev-$(REQUIREMENTS_SUM)
 
-.PHONY: run test lint typecheck pytest services bench chromium clean soak
+.PHONY: run test lint typecheck pytest services bench chromium podman image clean soak crds
 
-$(STAMP): requirements/base.txt requirements/dev.txt requirements/prod.txt requirements/constraints.txt
+$(RUN_STAMP): requirements/base.txt requirements/run.txt requirements/constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements/run.txt
+	@rm -f $(VENV)/.installed-run-*; touch $@
+
+$(STAMP): requirements/base.txt requirements/run.txt requirements/dev.txt requirements/prod.txt requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements/dev.txt
-	@rm -f $(VENV)/.installed-*; touch $@
+	@rm -f $(VENV)/.installed-dev-* $(VENV)/.installed-run-*; touch $@ $(RUN_STAMP)
 
-run: $(STAMP)
-	$(PY) -m hooksvc.devserver
+# Serves on https://localhost:9443 with its own PostgreSQL under var/ (no DATABASE_URL set).
+run: $(RUN_STAMP)
+	$(PY) -m hooksvc.serving.devserver
 
 test: $(STAMP) lint typecheck pytest
 
@@ -24,12 +34,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP) services chromium
+pytest: $(STAMP) services chromium podman
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The container image (IMAGE=hooksvc:local), with docker when its daemon answers, else
+# podman; PYTHON_IMAGE picks the base (scripts/build-image).
+IMAGE ?= hooksvc:local
+image:
+	scripts/build-image $(IMAGE)
 
 # The opt-in soak: a fleet of 200 clusters through its lifecycle under random faults.
 soak: $(STAMP) services
 	HOOKSVC_SOAK=1 $(PY) -m pytest tests/soak -s $(PYTEST_ARGS)
+
+# Regenerates k8s/base/crds from the definitions and the built-in step types (a test compares).
+crds: $(STAMP)
+	HOOKSVC_STEP_MODULES= $(PY) manage.py crds --write k8s/base/crds
 
 # Makes sure PostgreSQL and Redis answer (starting throwaway ones if needed).
 services:
@@ -51,6 +71,20 @@ chromium:
 			|| echo "Could not install chromium; the browser test will be skipped."; \
 		else \
 			echo "The browser test needs /usr/bin/chromium (apt-get install --no-install-recommends chromium); it will be skipped."; \
+		fi; \
+	fi
+
+# The image tests build and run the image with podman (there is no Docker engine here): install
+# it, runc and debootstrap (the stand-in base image) when missing and we may; otherwise say so,
+# and those tests skip. shared/notes/containers.md says what works.
+podman:
+	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman buildah runc debootstrap uidmap slirp4netns fuse-overlayfs >/dev/null \
+			|| echo "Could not install podman; the image tests will be skipped."; \
+		else \
+			echo "The image tests need podman, runc and debootstrap (apt-get install podman buildah runc debootstrap); they will be skipped."; \
 		fi; \
 	fi
 

@@ -15,7 +15,7 @@ if [ "$#" -gt 0 ]; then shift; fi
 
 case "$command" in
 web)
-    exec gunicorn -c python:hooksvc.gunicorn_conf hooksvc.wsgi "$@"
+    exec gunicorn -c python:hooksvc.serving.gunicorn_conf hooksvc.wsgi "$@"
     ;;
 worker)
     exec celery -A hooksvc worker -l INFO "$@"
@@ -31,10 +31,20 @@ migrate)
     ;;
 wait-for-migrations)
     # `migrate --check` exits non-zero while migrations are unapplied: the migrate Job
-    # of this release has not finished yet.
-    until python manage.py migrate --check >/dev/null; do
+    # of this release has not finished yet. This shell is PID 1, which ignores SIGTERM
+    # unless trapped, and a shell runs a trap only once its foreground command ends: the
+    # check and the pause run in the background, and `wait` returns as soon as a trapped
+    # signal arrives (POSIX, Shell Command Language 2.11 "Signals and Error Handling").
+    child=
+    trap 'kill -TERM "$child" 2>/dev/null; exit 143' TERM INT
+    while :; do
+        python manage.py migrate --check >/dev/null &
+        child=$!
+        if wait "$child"; then break; fi
         echo "waiting for the migrate Job: migrations are pending" >&2
-        sleep 5
+        sleep 5 &
+        child=$!
+        wait "$child" || true
     done
     ;;
 *)

@@ -21,7 +21,7 @@ TEMPLATE = "bench-upgrade"
 HOOK = "BeforeClusterUpgrade"
 FROM_VERSION = "v1.30.0"
 TO_VERSION = "v1.33.0"
-#: The moment the load generator's calls belong to (workflows.selection.moment_key: the
+#: The moment the load generator's calls belong to (workflows.hookpath.selection.moment_key: the
 #: upgrade's target version, for BeforeClusterUpgrade).
 MOMENT = TO_VERSION
 
@@ -111,6 +111,26 @@ RUN_COLUMNS = (
 )
 
 
+STEP_COLUMNS = (
+    "run_id",
+    "name",
+    "position",
+    "type",
+    "params",
+    "depends_on",
+    "timeout_seconds",
+    "retries",
+    "state",
+    "failures",
+    "started_at",
+    "finished_at",
+    "due_at",
+    "memo",
+    "output",
+    "message",
+)
+
+
 def run_row(
     *,
     template_id: int | None,
@@ -151,8 +171,8 @@ def seed_runs(
     *, template_id: int, spec: dict[str, Any], clusters: int, runs: int, polled_only: bool
 ) -> int:
     """Runs for `clusters` clusters: each one's current upgrade (the moment the load polls,
-    every other one still running) and, unless `polled_only`, older finished upgrades up to
-    `runs` in all."""
+    every other one still running, its step waiting) and, unless `polled_only`, older
+    finished upgrades up to `runs` in all."""
     now = datetime.datetime.now(datetime.UTC)
     later = now + datetime.timedelta(days=1)
 
@@ -183,5 +203,30 @@ def seed_runs(
             )
 
     count = copy_rows("workflows_run", RUN_COLUMNS, rows())
+
+    def steps() -> Iterable[tuple[Any, ...]]:
+        # The polled runs' step (ids 1..clusters after a reset): a running one waits a day.
+        for i in range(clusters):
+            running = bool(i % 2)
+            yield (
+                i + 1,
+                "only",
+                0,
+                "noop",
+                "{}",
+                "[]",
+                None,
+                3,
+                "waiting" if running else "succeeded",
+                0,
+                now,
+                None if running else now,
+                later if running else None,
+                "{}",
+                "{}",
+                "",
+            )
+
+    copy_rows("workflows_steprun", STEP_COLUMNS, steps())
     cursor_analyze()
     return count

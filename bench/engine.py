@@ -39,7 +39,7 @@ def calls(count: int, *, offset: int = 0, to_version: str = "v1.34.0") -> list[A
     """Parsed BeforeClusterUpgrade calls for `count` distinct clusters."""
     import json
 
-    from hooksvc import catalog, wire
+    from hooksvc.contract import catalog, wire
     from tests.support import capi
 
     hook = catalog.HOOKS[db.HOOK]
@@ -61,11 +61,11 @@ def start_runs(tmpl: Any, hook_calls: list[Any]) -> None:
     """runs_ensure for every call in one transaction: its commit wakes the worker."""
     from django.db import transaction
 
-    from workflows import engine
+    from workflows.hookpath import runs as hook_runs
 
     with transaction.atomic():
         for call in hook_calls:
-            engine.runs_ensure(templates=[tmpl], call=call)
+            hook_runs.runs_ensure(templates=[tmpl], call=call)
 
 
 def wait_finished(expected: int, *, timeout: float) -> float:

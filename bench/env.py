@@ -64,6 +64,17 @@ class Sizes:
     poll_seconds: float
     reconcile_sizes: tuple[int, ...]
     start_calls: int
+    #: 6: clusters through the lifecycle, how many start per second, each hook's workflow
+    #: (one `wait`), the templates' retryAfterSeconds; blocked clusters per capacity level.
+    fleet_clusters: int = 1000
+    fleet_arrivals: float = 10.0
+    fleet_work_seconds: float = 4.0
+    fleet_retry_after: int = 10
+    capacity_levels: tuple[int, ...] = (1000, 2000, 4000, 8000)
+    capacity_seconds: float = 30.0
+    #: Workflow lengths compared one hook step each, and clusters per length.
+    durations: tuple[float, ...] = (4.0, 6.5, 10.0, 30.0)
+    durations_clusters: int = 50
 
 
 def sizes(*, quick: bool) -> Sizes:
@@ -82,6 +93,11 @@ def sizes(*, quick: bool) -> Sizes:
             poll_seconds=10,
             reconcile_sizes=(1000, 5000),
             start_calls=50,
+            fleet_clusters=100,
+            capacity_levels=(500, 1000),
+            capacity_seconds=10.0,
+            durations=(4.0, 10.0),
+            durations_clusters=20,
         )
     else:
         defaults = Sizes(
@@ -98,9 +114,14 @@ def sizes(*, quick: bool) -> Sizes:
             poll_seconds=10,
             reconcile_sizes=(1000, 5000, 20_000),
             start_calls=200,
+            fleet_clusters=10_000 if full else 1000,
+            capacity_levels=(1000, 2000, 4000, 8000, 12_000) if full else (1000, 2000, 4000, 8000),
+            capacity_seconds=60.0 if full else 30.0,
         )
     conns = os.environ.get("BENCH_CONNECTIONS")
     recs = os.environ.get("BENCH_RECONCILE_SIZES")
+    levels = os.environ.get("BENCH_CAPACITY_LEVELS")
+    lengths = os.environ.get("BENCH_DURATIONS")
     return Sizes(
         clusters=_int("BENCH_CLUSTERS", defaults.clusters),
         runs=_int("BENCH_RUNS", defaults.runs),
@@ -116,4 +137,14 @@ def sizes(*, quick: bool) -> Sizes:
         if recs
         else defaults.reconcile_sizes,
         start_calls=_int("BENCH_START_CALLS", defaults.start_calls),
+        fleet_clusters=_int("BENCH_FLEET_CLUSTERS", defaults.fleet_clusters),
+        fleet_arrivals=_float("BENCH_FLEET_ARRIVALS", defaults.fleet_arrivals),
+        fleet_work_seconds=_float("BENCH_FLEET_WORK_SECONDS", defaults.fleet_work_seconds),
+        fleet_retry_after=_int("BENCH_FLEET_RETRY_AFTER", defaults.fleet_retry_after),
+        capacity_levels=tuple(int(n) for n in levels.split(","))
+        if levels
+        else defaults.capacity_levels,
+        capacity_seconds=_float("BENCH_CAPACITY_SECONDS", defaults.capacity_seconds),
+        durations=tuple(float(d) for d in lengths.split(",")) if lengths else defaults.durations,
+        durations_clusters=_int("BENCH_DURATIONS_CLUSTERS", defaults.durations_clusters),
     )

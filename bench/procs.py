@@ -15,13 +15,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import psutil
 
 from bench import env
-from hooksvc import devcerts
+from hooksvc.serving import devcerts
 
 
 def free_port() -> int:
@@ -32,7 +32,7 @@ def free_port() -> int:
 
 
 def tls_dir() -> Path:
-    """A development CA and serving certificate for 127.0.0.1 (hooksvc.devcerts)."""
+    """A development CA and serving certificate for 127.0.0.1 (hooksvc.serving.devcerts)."""
     path = env.DATA_DIR / "tls"
     if not (path / "tls.crt").exists():
         ca_cert, ca_key = devcerts.make_ca("hooksvc bench CA")
@@ -81,8 +81,14 @@ def _serving(port: int, process: subprocess.Popen[bytes], log: Path) -> Iterator
 
 
 @contextlib.contextmanager
-def web(*, worker_class: str = "gthread", workers: int = 2, threads: int = 8) -> Iterator[Web]:
-    """gunicorn -c python:hooksvc.gunicorn_conf, with `worker_class` swapped in for comparison."""
+def web(
+    *,
+    worker_class: str = "gthread",
+    workers: int = 2,
+    threads: int = 8,
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[Web]:
+    """gunicorn -c python:hooksvc.serving.gunicorn_conf, `worker_class` swapped for comparison."""
     port = free_port()
     log = env.DATA_DIR / f"gunicorn-{worker_class}.log"
     environ = {
@@ -92,8 +98,9 @@ def web(*, worker_class: str = "gthread", workers: int = 2, threads: int = 8) ->
         "HOOKSVC_BIND": f"127.0.0.1:{port}",
         "HOOKSVC_WEB_WORKERS": str(workers),
         "HOOKSVC_WEB_THREADS": str(threads),
+        **(extra_env or {}),
     }
-    argv = [sys.executable, "-m", "gunicorn", "-c", "python:hooksvc.gunicorn_conf"]
+    argv = [sys.executable, "-m", "gunicorn", "-c", "python:hooksvc.serving.gunicorn_conf"]
     if worker_class != "gthread":
         argv += ["--worker-class", worker_class]
     with log.open("ab") as out:
@@ -146,7 +153,13 @@ class Worker:
 
 
 @contextlib.contextmanager
-def worker(*, concurrency: int = 2, name: str = "worker", beat: bool = False) -> Iterator[Worker]:
+def worker(
+    *,
+    concurrency: int = 2,
+    name: str = "worker",
+    beat: bool = False,
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[Worker]:
     """`celery -A hooksvc worker` (prefork, `concurrency` processes) with bench.steps loaded.
 
     `beat` embeds beat (`-B`), which sends the reconciler and the batched polls.
@@ -179,7 +192,7 @@ def worker(*, concurrency: int = 2, name: str = "worker", beat: bool = False) ->
                 *beat_args,
             ],
             cwd=env.ROOT,
-            env={**os.environ, **env.process_env()},
+            env={**os.environ, **env.process_env(), **(extra_env or {})},
             stdout=out,
             stderr=out,
             start_new_session=True,

@@ -7,7 +7,7 @@ import os
 import platform
 from typing import Any
 
-from bench import env
+from bench import env, fleet_report
 
 
 def _pct(value: float) -> str:
@@ -112,6 +112,10 @@ def render(results: dict[str, Any], *, sizes: env.Sizes, quick: bool, minutes: f
             f"| median {start.median_ms:.0f} ms, p99 {start.p(start.from_answer_ms, 0.99):.0f} ms "
             f"| from the request: median {start.p(start.from_request_ms, 0.5):.0f} ms | | | |"
         )
+    fleet = results.get("fleet")
+    if fleet is not None:
+        lines += fleet_report.summary_rows(fleet)
+        details += fleet_report.section(fleet, sizes)
     web_rss = hooks.web_rss_mib if hooks is not None else (start.web_rss_mib if start else [])
     worker_rss = (engine.worker_rss_mib if engine is not None else []) or (
         start.worker_rss_mib if start else []
@@ -186,7 +190,7 @@ def _notes(sizes: env.Sizes) -> list[str]:
         "## How it is measured",
         "",
         f"- 1: {sizes.clusters:,} clusters, {sizes.runs:,} runs seeded with COPY; gunicorn with "
-        "hooksvc's gunicorn_conf (2 processes x 8 threads, TLS from hooksvc.devcerts); wrk "
+        "hooksvc's gunicorn_conf (2 processes x 8 threads, TLS from hooksvc.serving.devcerts); wrk "
         "(keep-alive, Lua script cycling over the clusters) at "
         f"{', '.join(map(str, sizes.connections))} "
         f"connections, {sizes.wrk_seconds:g} s each. wrk runs on the same cores. The baseline is "
@@ -207,12 +211,13 @@ def _notes(sizes: env.Sizes) -> list[str]:
         "wait is batched, see HOOKSVC_POLL_BATCH_MIN_WAIT_SECONDS); CPU and RSS of the worker's "
         "process tree, beat included (`-B`, it sends the batches), over "
         f"{sizes.waiting_seconds:g} s (BENCH_FULL=1: 600 s). The reconciler is "
-        "`workflows.engine.reconcile()` timed in the runner (median of 5 passes; in the "
+        "`workflows.engine.reconciler.reconcile()` timed in the runner (median of 5 passes; in the "
         "all-overdue pass every step is overdue: waiting steps are the batch poller's, so it "
         "sends none of them).",
         f"- 4: {sizes.start_calls} calls for new clusters, one every 200 ms over one keep-alive "
         "connection; the first step's `started_at` minus the time the client had the answer.",
         "- 5: psutil RSS of a gunicorn worker after benchmark 1 and of the Celery worker "
         "(main and pool processes) after benchmark 2.",
+        *fleet_report.notes(sizes),
         "",
     ]

@@ -20,24 +20,7 @@ from typing import Any
 
 from bench import db, env, procs
 
-STEP_COLUMNS = (
-    "run_id",
-    "name",
-    "position",
-    "type",
-    "params",
-    "depends_on",
-    "timeout_seconds",
-    "retries",
-    "state",
-    "failures",
-    "started_at",
-    "finished_at",
-    "due_at",
-    "memo",
-    "output",
-    "message",
-)
+STEP_COLUMNS = db.STEP_COLUMNS
 
 
 def spec(polls: int, every: float) -> dict[str, Any]:
@@ -115,12 +98,12 @@ def polls_done() -> int:
 
 
 def time_reconcile(passes: int = 5) -> float:
-    from workflows import engine
+    from workflows.engine import reconciler
 
     times = []
     for _ in range(passes):
         started = time.perf_counter()
-        engine.reconcile()
+        reconciler.reconcile()
         times.append(time.perf_counter() - started)
     return statistics.median(times) * 1000
 
@@ -141,7 +124,7 @@ class Report:
 
 
 def bench(sizes: env.Sizes) -> Report:
-    from workflows import engine, tasks
+    from workflows.engine import attempts, dispatch
     from workflows.models import StepRun
 
     db.reset()
@@ -151,10 +134,10 @@ def bench(sizes: env.Sizes) -> Report:
     seed_waiting(sizes.waiting_workflows, polls=polls, every=every)
     now = datetime.datetime.now(datetime.UTC)
     # A countdown message per step only where the engine sends one (a wait too short to batch).
-    if engine.needs_countdown(StepRun.State.WAITING, every):
+    if attempts.needs_countdown(StepRun.State.WAITING, every):
         for step_id, due_at in StepRun.objects.values_list("pk", "due_at"):
             after = max(0.0, (due_at - now).total_seconds())
-            tasks.run_step.apply_async((step_id,), countdown=after)
+            dispatch.poll_step(step_id, after)
     with procs.worker(name="worker-waiting", beat=True) as worker:
         # One poll interval to settle (the messages were sent before the worker started).
         time.sleep(every + 2)

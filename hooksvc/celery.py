@@ -2,7 +2,8 @@
 
 Every hooksvc process imports this module first (it is imported by the `hooksvc`
 package), so it is also where the metrics' multiprocess directory is configured, before
-anything imports prometheus_client (see hooksvc/multiproc.py).
+anything imports prometheus_client (see hooksvc/multiproc.py), and where a process that is
+PID 1 in a container learns to stop on SIGTERM (hooksvc/pid1.py).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Any
 from celery import Celery
 from celery.signals import task_postrun, task_prerun, worker_ready
 
-from hooksvc import multiproc
+from hooksvc import multiproc, pid1
 
+pid1.install()
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hooksvc.settings")
 multiproc.configure()
 

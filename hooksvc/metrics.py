@@ -2,7 +2,7 @@
 
 Recording is a counter or histogram update in this process' memory-mapped file (see
 hooksvc/multiproc.py): no query and no network, so the hook path stays fast. What is
-computed at scrape time (runs by state, the queue depth) lives in hooksvc/scrape.py.
+computed at scrape time (runs by state, the queue depth) lives in hooksvc/serving/scrape.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import enum
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from hooksvc import catalog
+from hooksvc.contract import catalog
+from workflows.engine import observe
 
 
 class HookAnswer(enum.StrEnum):
@@ -59,6 +60,25 @@ WATCHER_LAST_OK = Gauge(
     "When the Cluster watcher last listed or watched Clusters successfully (Unix time).",
     multiprocess_mode="max",
 )
+WATCHER_DELETED = Counter(
+    "hooksvc_watcher_deleted_clusters",
+    "Clusters the watcher saw gone (deleted, or missing from a list), ClusterDeleted runs ensured.",
+)
+WATCHER_LEADER = Gauge(
+    "hooksvc_watcher_leader",
+    "1 while this watcher process leads (runs the watches), 0 while it stands by.",
+    multiprocess_mode="max",
+)
+RESOURCE_PASSES = Counter(
+    "hooksvc_resource_passes",
+    "The resource controller's lists and watches, by kind and outcome (ok, failed, gone).",
+    ["kind", "outcome"],
+)
+RESOURCE_WRITES = Counter(
+    "hooksvc_resource_writes",
+    "What the resource controller wrote: a changed spec into PostgreSQL, or a status.",
+    ["kind", "what"],
+)
 
 
 def hook_answer(status: str, retry_after: int) -> HookAnswer:
@@ -76,3 +96,9 @@ def step_finished(*, step_type: str, seconds: float, failed: bool) -> None:
     STEP_DURATION.labels(type=step_type).observe(max(0.0, seconds))
     if failed:
         STEP_FAILURES.labels(type=step_type).inc()
+
+
+def engine_event(event: observe.Event) -> None:
+    """The engine's listener (registered in hooksvc/apps.py): its events, counted."""
+    if isinstance(event, observe.StepFinished):
+        step_finished(step_type=event.step_type, seconds=event.seconds, failed=event.failed)

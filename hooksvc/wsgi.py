@@ -1,4 +1,4 @@
-"""WSGI entry point, served by gunicorn (see hooksvc/gunicorn_conf.py)."""
+"""WSGI entry point, served by gunicorn (see hooksvc/serving/gunicorn_conf.py)."""
 
 from __future__ import annotations
 

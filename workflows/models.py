@@ -1,6 +1,6 @@
 """What runs per hook (templates) and what ran (runs, step runs, events): PostgreSQL is the truth.
 
-State changes go through `workflows.transitions` only; nothing else assigns `state`.
+State changes go through `workflows.engine.transitions` only; nothing else assigns `state`.
 """
 
 from __future__ import annotations
@@ -9,22 +9,25 @@ from typing import Any
 
 from django.db import models
 
-from hooksvc import catalog
+from hooksvc.contract import catalog
 
 HOOK_CHOICES = [(name, name) for name in catalog.HOOKS]
+#: What templates and runs name: the hooks, and hooksvc's own moments (ClusterDeleted).
+MOMENT_CHOICES = [(name, name) for name in catalog.MOMENTS]
 
 
 class WorkflowTemplate(models.Model):
     """An operator's definition of the steps to run at one hook (`kind: WorkflowTemplate`)."""
 
     name = models.CharField(max_length=63, unique=True)
-    hook = models.CharField(max_length=64, choices=HOOK_CHOICES, db_index=True)
-    #: The validated `spec` of the YAML document (see workflows.spec).
+    hook = models.CharField(max_length=64, choices=MOMENT_CHOICES, db_index=True)
+    #: The validated `spec` of the YAML document (see workflows.definitions.spec).
     spec = models.JSONField()
     #: Bumped on every change of `spec`; runs record the generation they started from.
     generation = models.PositiveIntegerField(default=1)
-    #: "" for an operator's template; "addonprofile:<name>" for one generated from a profile,
-    #: which only its profile changes (apply_workflows and the admin leave it alone).
+    #: "" for an operator's template (apply_workflows, the admin); "addonprofile:<name>" for
+    #: one generated from a profile, which only its profile changes; "resource" for one kept
+    #: in sync with its custom resource. Only its own source writes it.
     managed_by = models.CharField(max_length=80, blank=True, default="", db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -40,9 +43,12 @@ class AddonProfile(models.Model):
     """An operator's add-on profile (`kind: AddonProfile`); its templates are generated."""
 
     name = models.CharField(max_length=40, unique=True)
-    #: The validated `spec` of the YAML document (see workflows.spec.addon_profile).
+    #: The validated `spec` of the YAML document (see workflows.definitions.spec.addon_profile).
     spec = models.JSONField()
     generation = models.PositiveIntegerField(default=1)
+    #: "" for an operator's profile (apply_workflows, the admin); "resource" for one kept in
+    #: sync with its custom resource by the resource controller.
+    managed_by = models.CharField(max_length=80, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -53,15 +59,33 @@ class AddonProfile(models.Model):
         return self.name
 
 
+class RunState(models.TextChoices):
+    PENDING = "pending"  #: recorded; waiting to start (concurrency budget, waitFor)
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class StepState(models.TextChoices):
+    PENDING = "pending"  #: its dependencies have not finished
+    READY = "ready"  #: due at `due_at`
+    WAITING = "waiting"  #: started; polled again at `due_at`
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+
+class EventKind(models.TextChoices):
+    TRANSITION = "transition"
+    ACTION = "action"
+
+
 class Run(models.Model):
     """One workflow run: a template applied to one cluster at one moment of its life."""
 
-    class State(models.TextChoices):
-        PENDING = "pending"  #: recorded; waiting to start (concurrency budget, waitFor)
-        RUNNING = "running"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-        CANCELLED = "cancelled"
+    State = RunState
 
     FINISHED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
     ACTIVE = (State.PENDING, State.RUNNING)
@@ -73,12 +97,12 @@ class Run(models.Model):
     template_generation = models.PositiveIntegerField()
     #: The template's spec when the run was created: later edits change only new runs.
     spec = models.JSONField()
-    hook = models.CharField(max_length=64, choices=HOOK_CHOICES)
+    hook = models.CharField(max_length=64, choices=MOMENT_CHOICES)
     #: The cluster's UID, or namespace/name when CAPI sent none.
     cluster_key = models.CharField(max_length=320)
     cluster_namespace = models.CharField(max_length=253)
     cluster_name = models.CharField(max_length=253)
-    #: The moment's attributes (see workflows.selection.moment_key); "" for once-only hooks.
+    #: The moment's attributes (hookpath.selection.moment_key); "" for once-only hooks.
     moment = models.CharField(max_length=200, blank=True)
     #: What steps see: cluster metadata, versions, settings. Never secrets.
     context = models.JSONField(default=dict)
@@ -102,6 +126,10 @@ class Run(models.Model):
             models.UniqueConstraint(
                 fields=["template_name", "hook", "cluster_key", "moment"],
                 name="workflows_run_moment_uniq",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(state__in=RunState.values),
+                name="workflows_run_state_check",
             ),
         ]
         indexes = [
@@ -128,14 +156,7 @@ class Run(models.Model):
 class StepRun(models.Model):
     """One step of a run, with kopf's record shape: attempts, timing, outcome, message."""
 
-    class State(models.TextChoices):
-        PENDING = "pending"  #: its dependencies have not finished
-        READY = "ready"  #: due at `due_at`
-        WAITING = "waiting"  #: started; polled again at `due_at`
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-        SKIPPED = "skipped"
-        CANCELLED = "cancelled"
+    State = StepState
 
     FINISHED = (State.SUCCEEDED, State.FAILED, State.SKIPPED, State.CANCELLED)
     #: Finished in a way that lets dependent steps go on.
@@ -162,11 +183,24 @@ class StepRun(models.Model):
     output = models.JSONField(default=dict)
     #: Deterministic progress or error text.
     message = models.CharField(max_length=500, blank=True)
+    #: The process attempting the step now ("" when no attempt holds it); see
+    #: workflows.engine.leases. Any move of the step by someone else clears it.
+    lease_owner = models.CharField(max_length=255, blank=True, default="")
+    #: When the attempt's lease passes (extended while the step's code runs); another
+    #: attempt may claim the step after it.
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    #: How often the step was claimed: the lease's token. An attempt records its outcome
+    #: only while the row still carries the token and owner it claimed with.
+    claims = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["run_id", "position"]
         constraints = [
             models.UniqueConstraint(fields=["run", "name"], name="workflows_step_name_uniq"),
+            models.CheckConstraint(
+                condition=models.Q(state__in=StepState.values),
+                name="workflows_step_state_check",
+            ),
         ]
         indexes = [
             models.Index(
@@ -206,9 +240,7 @@ class StepArtifact(models.Model):
 class RunEvent(models.Model):
     """The audit trail of a run: every transition and every operator action, with who and why."""
 
-    class Kind(models.TextChoices):
-        TRANSITION = "transition"
-        ACTION = "action"
+    Kind = EventKind
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
     step_name = models.CharField(max_length=63, blank=True)
@@ -224,6 +256,12 @@ class RunEvent(models.Model):
     class Meta:
         ordering = ["-at", "-id"]
         indexes = [models.Index(fields=["run", "-at"], name="workflows_event_run_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(kind__in=EventKind.values),
+                name="workflows_event_kind_check",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name}"
@@ -255,3 +293,26 @@ class HookCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hook} {self.cluster_namespace}/{self.cluster_name}"
+
+
+class KnownCluster(models.Model):
+    """A Cluster the watcher saw, so that its deletion is noticed after a watch gap too.
+
+    The Cluster watcher (workflows.controllers.watcher) records each Cluster it sees and
+    drops the record when it has started the Cluster's ClusterDeleted runs: a Cluster
+    whose record remains but which a new list no longer holds was deleted meanwhile.
+    """
+
+    #: The Cluster's UID, or namespace/name (wire.cluster_key), as runs key it.
+    key = models.CharField(max_length=320, unique=True)
+    namespace = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    #: What selection and a run's context need of it (the fields of wire.Cluster).
+    cluster = models.JSONField()
+    seen_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["namespace", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"

@@ -11,7 +11,7 @@ from django.test import override_settings
 from tests.addons.profiles import NAMESPACE
 from tests.steps.conftest import NS, put_kubeconfig_secret
 from tests.support.kube import KubeEmulator
-from workflows import k8s
+from workflows.kube import k8s
 
 
 @pytest.fixture

@@ -13,31 +13,33 @@ from pathlib import Path
 
 import pytest
 
-from hooksvc import catalog
+from hooksvc.contract import catalog
 from tests.addons.profiles import NAMESPACE, apply, profile
 from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
-from workflows import actions, engine
+from workflows.engine import scheduling
+from workflows.hookpath import answers
 from workflows.models import Run, WorkflowTemplate
+from workflows.operators import actions
 
 pytestmark = pytest.mark.django_db
 CONFIG_MAPS = ("", "v1", "configmaps")
 
 
-def answer(hook: str) -> engine.Answer:
-    return engine.answer(wf.call(hook), handler_name="test")
+def answer(hook: str) -> answers.Answer:
+    return answers.answer(wf.call(hook), handler_name="test")
 
 
 def settle(hook: str) -> None:
     """Advance this hook's runs in-process until none moves (the worker's job, inline)."""
     for _ in range(10):
         for run in Run.objects.filter(hook=hook, state__in=Run.ACTIVE).order_by("pk"):
-            engine.advance(run.pk)
+            scheduling.advance(run.pk)
     assert not Run.objects.filter(hook=hook, state="running").exists()
 
 
 def install() -> None:
-    assert answer("AfterControlPlaneInitialized") == engine.PROCEED
+    assert answer("AfterControlPlaneInitialized") == answers.PROCEED
     settle("AfterControlPlaneInitialized")
     assert set(
         Run.objects.filter(hook="AfterControlPlaneInitialized").values_list("state", flat=True)
@@ -56,7 +58,7 @@ def removal_runs() -> dict[str, str]:
 
 def test_leave_policies_starts_no_removal(tmp_path: Path) -> None:
     apply(tmp_path, profile("kept", behaviour="LeavePolicies"))
-    assert answer("BeforeClusterDelete") == engine.PROCEED
+    assert answer("BeforeClusterDelete") == answers.PROCEED
     assert removal_runs() == {}
 
 
@@ -68,7 +70,7 @@ def test_remove_policies_answers_success_at_once_yet_starts_its_removal(tmp_path
 
 def test_enforce_remove_policies_holds_the_deletion(tmp_path: Path) -> None:
     apply(tmp_path, profile("strict", behaviour="EnforceRemovePolicies"))
-    assert answer("BeforeClusterDelete") == engine.Answer(
+    assert answer("BeforeClusterDelete") == answers.Answer(
         catalog.Status.SUCCESS, "workflow addon-remove-strict is starting", 1
     )
 
@@ -89,7 +91,7 @@ def test_a_mix_on_one_cluster_removes_in_order_and_holds_only_for_the_enforced(
     assert (held.status, held.retry_after) == (catalog.Status.SUCCESS, 1)
     assert removal_runs() == {"addon-remove-enforce": "pending", "addon-remove-remove": "pending"}
     # The removal of `remove` waits for `enforce`, which depends on it.
-    engine.advance(Run.objects.get(template_name="addon-remove-remove").pk)
+    scheduling.advance(Run.objects.get(template_name="addon-remove-remove").pk)
     assert Run.objects.get(template_name="addon-remove-remove").message == (
         "workflow addon-remove-remove is waiting for workflow addon-remove-enforce to finish"
     )
@@ -99,7 +101,7 @@ def test_a_mix_on_one_cluster_removes_in_order_and_holds_only_for_the_enforced(
         "addon-remove-remove": "succeeded",
     }
     assert present(clusters) == ["leave"]
-    assert answer("BeforeClusterDelete") == engine.PROCEED
+    assert answer("BeforeClusterDelete") == answers.PROCEED
 
 
 def test_a_profile_never_installed_on_the_cluster_removes_nothing(
@@ -135,13 +137,13 @@ def test_a_failed_enforced_removal_holds_naming_profile_and_object_until_retried
         f"API server answered 403 Forbidden; retry it with `manage.py workflows retry {run.pk} "
         "--step remove`"
     )
-    assert answer("BeforeClusterDelete") == engine.Answer(catalog.Status.SUCCESS, message, 1)
-    assert answer("BeforeClusterDelete") == engine.Answer(catalog.Status.SUCCESS, message, 1)
+    assert answer("BeforeClusterDelete") == answers.Answer(catalog.Status.SUCCESS, message, 1)
+    assert answer("BeforeClusterDelete") == answers.Answer(catalog.Status.SUCCESS, message, 1)
     assert present(clusters) == ["strict"]
     actions.run_retry(run_id=run.pk, actor="cli:ops", reason="RBAC fixed")
     settle("BeforeClusterDelete")
     assert present(clusters) == []
-    assert answer("BeforeClusterDelete") == engine.PROCEED
+    assert answer("BeforeClusterDelete") == answers.PROCEED
 
 
 def test_a_failed_enforced_removal_can_be_released(tmp_path: Path, clusters: KubeEmulator) -> None:
@@ -153,7 +155,7 @@ def test_a_failed_enforced_removal_can_be_released(tmp_path: Path, clusters: Kub
     run = Run.objects.get(template_name="addon-remove-strict")
     assert run.state == "failed"
     actions.run_release(run_id=run.pk, actor="admin:ops", reason="left for later")
-    assert answer("BeforeClusterDelete") == engine.PROCEED
+    assert answer("BeforeClusterDelete") == answers.PROCEED
     assert run.events.filter(kind="action", name="release", actor="admin:ops").exists()
 
 
@@ -167,7 +169,7 @@ def test_a_wait_cycle_at_deletion_time_answers_a_failure_naming_it(tmp_path: Pat
     template = WorkflowTemplate.objects.get(name="addon-remove-a")
     template.spec = {**template.spec, "waitFor": ["addon-remove-b"]}
     template.save()
-    expected = engine.Answer(
+    expected = answers.Answer(
         catalog.Status.FAILURE,
         "workflows wait for each other in a cycle: addon-remove-a -> addon-remove-b -> "
         "addon-remove-a; fix their waitFor",
@@ -207,7 +209,7 @@ def test_a_best_effort_removal_goes_on_past_its_dependents_failure(
 ) -> None:
     apply(tmp_path, profile("base"), profile("app", depends_on=["base"]))
     install()
-    assert answer("BeforeClusterDelete") == engine.PROCEED
+    assert answer("BeforeClusterDelete") == answers.PROCEED
     clusters.fail_next("DELETE", r"/configmaps/app$", 403)
     settle("BeforeClusterDelete")
     assert removal_runs() == {"addon-remove-app": "failed", "addon-remove-base": "succeeded"}

@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError
+from django.db import transaction
 
 from tests.addons.profiles import apply, profile
 from tests.workflows import documents
-from workflows import spec
+from workflows.definitions import apply as writes
+from workflows.definitions import spec
 from workflows.models import AddonProfile, WorkflowTemplate
 
 pytestmark = pytest.mark.django_db
@@ -247,7 +249,10 @@ def test_a_template_cannot_take_a_generated_name(tmp_path: Path) -> None:
     apply(tmp_path, profile("a"))
     with pytest.raises(CommandError) as exc:
         apply(tmp_path, documents.template("addon-install-a"))
-    assert "'addon-install-a' is generated from an AddonProfile" in str(exc.value)
+    assert str(exc.value).endswith(
+        "document 1 (addon-install-a): metadata.name: the WorkflowTemplate 'addon-install-a' "
+        "is generated from the AddonProfile 'a'; change the profile instead"
+    )
     assert WorkflowTemplate.objects.get(name="addon-install-a").managed_by == "addonprofile:a"
 
 
@@ -257,3 +262,25 @@ def test_a_dry_run_reports_and_writes_nothing(tmp_path: Path) -> None:
     assert "workflowtemplate/addon-install-a generated (dry run)" in lines
     assert not AddonProfile.objects.exists()
     assert not WorkflowTemplate.objects.exists()
+
+
+def test_a_profile_from_a_resource_is_neither_pruned_nor_overwritten_by_apply(
+    tmp_path: Path,
+) -> None:
+    [doc] = spec.parse(documents.dump(profile("from-git")))
+    with transaction.atomic():
+        writes.profile_upsert(name="from-git", spec_=doc.spec, source=spec.RESOURCE)
+        writes.templates_sync()
+    with pytest.raises(CommandError) as exc:
+        apply(tmp_path, profile("from-git", behaviour="LeavePolicies"))
+    assert str(exc.value).endswith(
+        "document 1 (from-git): metadata.name: the AddonProfile 'from-git' comes from the "
+        "Kubernetes resource addonprofiles.hooks.hooksvc.io/from-git; rename one of them"
+    )
+    lines = apply(tmp_path, profile("mine", depends_on=["from-git"]), options=("--prune",))
+    assert "addonprofile/mine created" in lines
+    assert dict(AddonProfile.objects.values_list("name", "managed_by")) == {
+        "from-git": "resource",
+        "mine": "",
+    }
+    assert AddonProfile.objects.get(name="from-git").spec == doc.spec

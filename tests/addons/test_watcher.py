@@ -24,7 +24,8 @@ from tests.addons.profiles import apply, profile
 from tests.support import capi
 from tests.support.kube import KubeEmulator
 from tests.support.servers import free_port
-from workflows import k8s, watcher
+from workflows.controllers import listwatch, watcher
+from workflows.kube import k8s
 from workflows.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -63,7 +64,7 @@ def running(
     kube: KubeEmulator, kubeconfig_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[watcher.Watcher]:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setattr(watcher, "BACKOFF_CAP_SECONDS", 0.5)
+    monkeypatch.setattr(listwatch, "BACKOFF_CAP_SECONDS", 0.5)
     kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fleet"}})
     k8s.forget_clients()
     stop = threading.Event()

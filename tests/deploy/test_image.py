@@ -5,8 +5,9 @@ compilers or pip caches in the final stage, production settings, the entrypoint.
 from __future__ import annotations
 
 import re
+import subprocess
 
-from hooksvc import gunicorn_conf
+from hooksvc.serving import gunicorn_conf
 from tests.deploy import manifests
 
 
@@ -63,7 +64,7 @@ def test_the_image_runs_production_settings_through_the_entrypoint() -> None:
 
 def test_the_entrypoint_execs_each_process_with_beats_schedule_in_tmp() -> None:
     script = (manifests.ROOT / "docker-entrypoint.sh").read_text()
-    assert "exec gunicorn -c python:hooksvc.gunicorn_conf hooksvc.wsgi" in script
+    assert "exec gunicorn -c python:hooksvc.serving.gunicorn_conf hooksvc.wsgi" in script
     assert "exec celery -A hooksvc worker -l INFO" in script
     assert "exec celery -A hooksvc beat -l INFO -s /tmp/celerybeat-schedule" in script
     assert "exec python manage.py migrate --noinput" in script
@@ -88,3 +89,20 @@ def test_the_image_requirements_bring_what_the_redis_broker_imports() -> None:
     assert any(line.startswith("celery[redis]==") for line in base)
     prod = (manifests.ROOT / "requirements" / "prod.txt").read_text().splitlines()
     assert "-r base.txt" in prod
+
+
+def test_the_dockerfile_names_no_frontend_to_fetch() -> None:
+    # `# syntax=` makes BuildKit pull that frontend image from a registry before building.
+    first = (manifests.ROOT / "Dockerfile").read_text().splitlines()
+    assert not any(re.match(r"#\s*syntax\s*=", line, flags=re.IGNORECASE) for line in first)
+
+
+def test_make_image_builds_with_the_script_the_image_tests_use() -> None:
+    dry = subprocess.run(
+        ["make", "-n", "image", "IMAGE=example/hooksvc:1"],
+        cwd=manifests.ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "scripts/build-image example/hooksvc:1" in dry.stdout

@@ -19,6 +19,11 @@ EXPECTED_CLUSTER_RULES = {
     ("", "secrets"): {"get", "list", "watch"},
     ("", "events"): {"get", "create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
+    # The resource controller: hooksvc's custom resources, and only the status it writes.
+    ("hooks.hooksvc.io", "workflowtemplates"): {"list", "watch"},
+    ("hooks.hooksvc.io", "addonprofiles"): {"list", "watch"},
+    ("hooks.hooksvc.io", "workflowtemplates/status"): {"patch"},
+    ("hooks.hooksvc.io", "addonprofiles/status"): {"patch"},
 }
 RBAC_KINDS = ("ClusterRole", "Role")
 #: The one writable path of a hooksvc container (a mount path in the pod, not a file here).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hooksvc import gunicorn_conf
+from hooksvc.serving import gunicorn_conf
 from tests.deploy import manifests
 
 WEB_LABELS = {"app.kubernetes.io/name": "hooksvc", "app.kubernetes.io/component": "web"}

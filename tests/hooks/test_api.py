@@ -9,9 +9,9 @@ from django.db import DataError
 from django.test import Client
 from rest_framework.renderers import JSONRenderer
 
-from hooksvc import api
+from hooksvc.serving import views
 from tests.support import capi
-from workflows import engine
+from workflows.hookpath import answers
 from workflows.models import HookCall
 
 
@@ -19,10 +19,10 @@ from workflows.models import HookCall
 def test_values_the_store_refuses_are_a_failure_not_a_wait_for_an_outage(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(*args: object, **kwargs: object) -> engine.Answer:
+    def refuse(*args: object, **kwargs: object) -> answers.Answer:
         raise DataError("value too long for type character varying(253)")
 
-    monkeypatch.setattr(engine, "answer", refuse)
+    monkeypatch.setattr(answers, "answer", refuse)
     response = client.post(
         capi.hook_path("BeforeClusterCreate"),
         json.dumps(capi.hook_request("BeforeClusterCreate")),
@@ -48,7 +48,7 @@ def test_values_the_store_refuses_are_a_failure_not_a_wait_for_an_outage(
 )
 def test_answers_are_the_bytes_drfs_renderer_wrote(body: dict[str, object]) -> None:
     """The views left DRF for speed; CAPI and anyone comparing answers see no change."""
-    response = api._json(body)
+    response = views._json(body)
     assert response.content == JSONRenderer().render(body)
     assert (response["Content-Type"], response["Allow"]) == ("application/json", "POST")
 
@@ -56,4 +56,4 @@ def test_answers_are_the_bytes_drfs_renderer_wrote(body: dict[str, object]) -> N
 @pytest.mark.parametrize("body", [{"n": float("nan")}, {"n": float("inf")}])
 def test_a_number_json_cannot_carry_is_refused_as_drf_refused_it(body: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
-        api._json(body)
+        views._json(body)

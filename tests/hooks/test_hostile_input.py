@@ -17,7 +17,7 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hooksvc import catalog
+from hooksvc.contract import catalog
 from tests.support import capi, hostile, servers
 from tests.support import workflows as factories
 from workflows.models import HookCall, Run

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hooksvc import catalog
+from hooksvc.contract import catalog
 from tests.support import capi, servers
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -1,7 +1,7 @@
 """Body-size limits over real HTTPS: a chunked upload cannot slip past the 20 MiB cap.
 
 The hook view reads at most Content-Length bytes, and only when it is declared and at
-most 20 MiB (hooksvc/api.py); a chunked body has no Content-Length, so nothing of it is
+most 20 MiB (hooksvc/serving/views.py); a chunked body has no Content-Length, so nothing of it is
 buffered and the answer is a Failure. CAPI's runtime client always sends Content-Length.
 """
 

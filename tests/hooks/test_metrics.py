@@ -23,13 +23,14 @@ from django.test import Client
 from django.test.utils import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from hooksvc import multiproc, scrape
+from hooksvc import multiproc
+from hooksvc.serving import scrape
 from tests.support import capi, servers
 from tests.support import workflows as wf
 from tests.support.worker import Worker
 from tests.workflows.test_worker import wait_for
-from workflows import actions
 from workflows.models import Run
+from workflows.operators import actions
 
 HOOK = "BeforeClusterUpgrade"
 HANDLER = "before-cluster-upgrade"

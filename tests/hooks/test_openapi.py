@@ -15,7 +15,8 @@ import jsonschema
 import pytest
 from django.test import Client, RequestFactory, override_settings
 
-from hooksvc import catalog, handlers, middleware, openapi
+from hooksvc.contract import catalog, handlers, openapi
+from hooksvc.serving import middleware
 from tests.support import capi
 
 

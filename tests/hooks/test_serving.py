@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from hooksvc import devcerts
+from hooksvc.serving import devcerts
 from tests.support import capi, servers
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -54,10 +54,12 @@ def test_prefix_and_handler_overrides_shape_paths_and_discovery(
         assert server.post(capi.hook_path("BeforeClusterUpgrade", "backup"), request)[0] == 404
 
 
+@pytest.mark.parametrize("timeout", [0, 31])
 def test_invalid_handler_overrides_stop_the_server_at_boot(
-    tls_files: servers.TLSFiles, tmp_path: Path
+    tls_files: servers.TLSFiles, tmp_path: Path, timeout: int
 ) -> None:
-    env = {"HOOKSVC_HANDLERS": json.dumps({"BeforeClusterDelete": {"timeoutSeconds": 31}})}
+    """0 too: ExtensionConfig v1beta2 wants timeoutSeconds >= 1 (hooksvc.contract.handlers)."""
+    env = {"HOOKSVC_HANDLERS": json.dumps({"BeforeClusterDelete": {"timeoutSeconds": timeout}})}
     with (
         pytest.raises(RuntimeError, match="exited"),
         servers.hook_server(
@@ -66,7 +68,8 @@ def test_invalid_handler_overrides_stop_the_server_at_boot(
     ):
         pass
     assert (
-        "HOOKSVC_HANDLERS.BeforeClusterDelete.timeoutSeconds must be an integer from 0 to 30"
+        "HOOKSVC_HANDLERS.BeforeClusterDelete.timeoutSeconds must be an integer from 1 to 30"
+        f" (ExtensionConfig v1beta2 requires at least 1), got {timeout}"
         in (tmp_path / "log").read_text()
     )
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hooksvc import catalog, wire
+from hooksvc.contract import catalog, wire
 from tests.support import capi
 
 

@@ -1,4 +1,4 @@
-"""Fixtures of the workflows.k8s tests: the emulator as the management cluster."""
+"""Fixtures of the workflows.kube.k8s tests: the emulator as the management cluster."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from django.test import override_settings
 
 from tests.support.kube import KubeEmulator
-from workflows import k8s
+from workflows.kube import k8s
 
 #: The namespace the Clusters of these tests live in.
 NS = "fleet"

@@ -1,4 +1,4 @@
-"""workflows.k8s against the API emulator: clients, error mapping, Clusters and Events.
+"""workflows.kube.k8s against the API emulator: clients, error mapping, Clusters and Events.
 
 The management cluster is the emulator, reached through the kubeconfig file named by the
 KUBECONFIG_PATH setting; a workload cluster is the same emulator, reached through a
@@ -18,7 +18,8 @@ from django.test import override_settings
 
 from tests.kube.conftest import NS
 from tests.support.kube import KubeEmulator
-from workflows import errors, k8s
+from workflows import errors
+from workflows.kube import k8s
 
 CLUSTER = "prod-eu-1"
 

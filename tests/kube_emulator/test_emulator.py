@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -21,35 +19,10 @@ import urllib3
 from kubernetes import watch
 from kubernetes.client import ApiException
 
+from tests.kube_emulator.conftest import Api
 from tests.support.kube import KubeEmulator
 
 CAPI = ("cluster.x-k8s.io", "v1beta2")
-
-# The client's methods are typed for its models but take plain dicts too, which keeps these
-# tests close to the wire; so the APIs and the watch are held as Any here.
-Api = Any
-
-
-@pytest.fixture
-def api(kubeconfig_path: Path) -> Iterator[Api]:
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=str(kubeconfig_path), client_configuration=configuration
-    )
-    # urllib3 would otherwise retry a 429 after its Retry-After by itself, hiding it.
-    configuration.retries = urllib3.Retry(0, respect_retry_after_header=False)
-    with kubernetes.client.ApiClient(configuration) as client:
-        yield client
-
-
-@pytest.fixture
-def core(api: Api) -> Api:
-    return kubernetes.client.CoreV1Api(api)
-
-
-@pytest.fixture
-def custom(api: Api) -> Api:
-    return kubernetes.client.CustomObjectsApi(api)
 
 
 def cluster(name: str, **spec: Any) -> dict[str, Any]:
@@ -564,3 +537,48 @@ def test_reset_forgets_objects_and_faults(kube: KubeEmulator, core: Api) -> None
     kube.fail_next("*", ".", 500)
     kube.reset()
     assert core.list_namespaced_config_map("default").items == []
+
+
+class _MarksPodsScheduled:
+    """A toy controller: each new Pod gets a status, then a later one, as a kubelet writes."""
+
+    def react(self, store: Any, change: Any) -> None:
+        if change.type != "ADDED" or change.plural != "pods":
+            return
+        meta = change.new["metadata"]
+        key = ("", "v1", "pods")
+        store.set_status(key, meta["namespace"], meta["name"], {"phase": "Pending"})
+        store.later(
+            0.2,
+            lambda: store.set_status(key, meta["namespace"], meta["name"], {"phase": "Running"}),
+        )
+
+
+def test_a_controller_sees_each_change_and_acts_through_the_api_and_later(
+    kube: KubeEmulator, core: Api
+) -> None:
+    kube.add_controller(_MarksPodsScheduled())
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    core.create_namespaced_pod("default", pod)
+    phases: list[str] = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and "Running" not in phases:
+        phase = core.read_namespaced_pod("p", "default").status.phase
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
+        time.sleep(0.02)
+    assert phases == ["Pending", "Running"]
+
+
+def test_reset_switches_controllers_off_and_cancels_their_timers(
+    kube: KubeEmulator, core: Api
+) -> None:
+    kube.add_controller(_MarksPodsScheduled())
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    core.create_namespaced_pod("default", pod)
+    kube.reset()
+    core.create_namespaced_pod("default", pod)
+    time.sleep(0.4)
+    assert core.read_namespaced_pod("p", "default").status is None or (
+        core.read_namespaced_pod("p", "default").status.phase is None
+    )

@@ -17,10 +17,12 @@ import pytest
 import yaml
 from django.test import override_settings
 
-from tests.support import capi
+from tests.support import capi, kube_workloads
 from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
-from workflows import engine, k8s
+from workflows.engine import clock, scheduling
+from workflows.hookpath import runs as hook_runs
+from workflows.kube import k8s
 from workflows.models import Run
 from workflows.steps import registry
 
@@ -58,8 +60,14 @@ def clusters(
     k8s.forget_clients()
 
 
+@pytest.fixture
+def workloads(clusters: KubeEmulator) -> kube_workloads.Workloads:
+    """One untainted Node, kube-scheduler, the kubelet and the Job controllers, switched on."""
+    return kube_workloads.start(clusters)
+
+
 def run_context(hook: str = "BeforeClusterUpgrade", **fields: Any) -> dict[str, Any]:
-    """What the engine hands a step as `run_context`, as workflows.selection builds it."""
+    """What the engine hands a step as `run_context`, as workflows.hookpath.selection builds it."""
     return {
         "hook": hook,
         "cluster": {
@@ -118,13 +126,13 @@ def start(hook: str, steps: list[dict[str, Any]], name: str = "t") -> Run:
     """A run of a template `name` with `steps` for the test cluster, advanced once in process."""
     template = wf.template(name, hook=hook, steps=steps)
     cluster = capi.cluster_v1beta2(name=CLUSTER, namespace=NS, uid=CLUSTER_UID)
-    [run] = engine.runs_ensure(templates=[template], call=wf.call(hook, cluster=cluster))
-    engine.advance(run.pk)
+    [run] = hook_runs.runs_ensure(templates=[template], call=wf.call(hook, cluster=cluster))
+    scheduling.advance(run.pk)
     run.refresh_from_db()
     return run
 
 
 def later(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     """Move the engine's clock `seconds` ahead."""
-    moved = engine.clock() + datetime.timedelta(seconds=seconds)
-    monkeypatch.setattr(engine, "clock", lambda: moved)
+    moved = clock.now() + datetime.timedelta(seconds=seconds)
+    monkeypatch.setattr(clock, "now", lambda: moved)

@@ -1,27 +1,47 @@
-"""`addon_install` and `addon_remove` against the emulator.
+"""`addon_install` against the emulator: staged apply, waits, and rollouts as upstream has them.
 
-Install: manifests inline or from a management-cluster ConfigMap, applied with server-side
-apply as `hooksvc`, waiting until Deployments, StatefulSets and DaemonSets are rolled out
-(the test plays their controllers with `set_status`), and recorded as an inventory.
-Remove: exactly that inventory, taken from the install step of the latest succeeded run
-for the same cluster (or given), deleted in reverse order, done once each object is gone.
-Helm charts have their own module, test_helm.py.
+Manifests inline or from a management-cluster ConfigMap are applied with server-side apply
+as `hooksvc`: CustomResourceDefinitions and Namespaces first, until each CRD is
+established and served and each Namespace active, then the rest in Helm's install order,
+recorded as an inventory. What is not there yet (a kind, a namespace) is waited for; a
+conflict is retried. Rollouts follow `kubectl rollout status`, with the emulator's
+workload controllers (`kube_apps`) writing the statuses. Removal is test_addon_remove.py;
+Helm charts test_helm.py.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.steps.conftest import CLUSTER_UID, Context, run
-from tests.support.kube import KubeEmulator
+from tests.steps.conftest import Context, run
+from tests.support.kube import KubeEmulator, eventually
+from tests.support.kube_apps import AppsControllers
+from tests.support.kube_crds import definition
 from workflows import errors
-from workflows.models import Run, StepRun
-from workflows.steps import addon_install, registry
+from workflows.steps import registry
 
 DEPLOYMENTS = ("apps", "v1", "deployments")
+CRD = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+
+
+def deployment(name: str, namespace: str = "monitoring", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}},
+            **spec,
+        },
+    }
+
+
 ADDON: list[dict[str, Any]] = [
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}},
     {
@@ -35,12 +55,7 @@ ADDON: list[dict[str, Any]] = [
         "metadata": {"name": "agent-read"},
         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
     },
-    {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "agent", "namespace": "monitoring"},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "agent"}}},
-    },
+    deployment("agent"),
     {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -54,19 +69,29 @@ ADDON: list[dict[str, Any]] = [
         "data": {"level": "info"},
     },
 ]
+
+
+def entry(kind: str, name: str, namespace: str | None, api: str = "v1") -> dict[str, Any]:
+    return {"apiVersion": api, "kind": kind, "namespace": namespace, "name": name}
+
+
+#: Namespace first, then Helm's install order: ServiceAccount, ConfigMap, ClusterRole,
+#: DaemonSet, Deployment.
 INVENTORY: list[dict[str, Any]] = [
-    {"apiVersion": "v1", "kind": "Namespace", "namespace": None, "name": "monitoring"},
-    {"apiVersion": "v1", "kind": "ServiceAccount", "namespace": "monitoring", "name": "agent"},
-    {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "namespace": None,
-        "name": "agent-read",
-    },
-    {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "monitoring", "name": "agent"},
-    {"apiVersion": "apps/v1", "kind": "DaemonSet", "namespace": "monitoring", "name": "node-agent"},
-    {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "addons", "name": "agent-settings"},
+    entry("Namespace", "monitoring", None),
+    entry("ServiceAccount", "agent", "monitoring"),
+    entry("ConfigMap", "agent-settings", "addons"),
+    entry("ClusterRole", "agent-read", None, "rbac.authorization.k8s.io/v1"),
+    entry("DaemonSet", "node-agent", "monitoring", "apps/v1"),
+    entry("Deployment", "agent", "monitoring", "apps/v1"),
 ]
+WIDGET_CRD = definition("example.com", "Widget")
+WIDGET = {
+    "apiVersion": "example.com/v1",
+    "kind": "Widget",
+    "metadata": {"name": "default-widget", "namespace": "monitoring"},
+    "spec": {"size": 3},
+}
 
 
 @pytest.fixture(autouse=True)
@@ -74,56 +99,203 @@ def addons_namespace(kube: KubeEmulator) -> None:
     kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "addons"}})
 
 
-def roll_out(kube: KubeEmulator) -> None:
-    kube.set_status(
-        *DEPLOYMENTS,
-        "monitoring",
-        "agent",
-        {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2},
-    )
-    kube.set_status(
-        "apps",
-        "v1",
-        "daemonsets",
-        "monitoring",
-        "node-agent",
-        {
-            "observedGeneration": 1,
-            "desiredNumberScheduled": 3,
-            "updatedNumberScheduled": 3,
-            "numberAvailable": 3,
-        },
-    )
+def applied(kube: KubeEmulator) -> list[str]:
+    """The kinds and names applied so far, in order."""
+    return [p.split("?")[0].rsplit("/", 2)[-2] for m, p in kube.requests if m == "PATCH"]
 
 
-def test_install_applies_manifests_and_is_done_when_workloads_roll_out(
+def test_install_applies_manifests_in_stages_and_is_done_when_workloads_roll_out(
     kube: KubeEmulator, context: Context
 ) -> None:
+    """Order: fluxcd/pkg ssa/manager_apply.go ApplyAllStaged (Namespaces and CRDs first),
+    helm pkg/releaseutil/kind_sorter.go InstallOrder (then by kind). Rollout:
+    kubectl pkg/polymorphichelpers/rollout_status.go, with kube_apps' controllers."""
+    kube.add_controller(AppsControllers(ready_after=0.3, nodes=3))
     params = {"manifests": ADDON, "namespace": "addons", "pollSeconds": 3}
     ctx = context("addon_install", params, step_name="addons")
     first = run(ctx)
     assert isinstance(first, registry.Poll)
-    assert first.message == "waiting for 2 of 2 to roll out: Deployment monitoring/agent"
+    assert first.message == "waiting for 2 of 2 to roll out: DaemonSet monitoring/node-agent"
     assert first.output == {"inventory": INVENTORY}
-    applies = [path for method, path in kube.requests if method == "PATCH"]
-    assert len(applies) == 6
-    assert all("fieldManager=hooksvc" in path for path in applies)
-    deployment = kube.get_object(*DEPLOYMENTS, "monitoring", "agent")
-    assert deployment is not None and deployment["spec"]["replicas"] == 2
+    assert applied(kube) == [
+        "namespaces", "serviceaccounts", "configmaps", "clusterroles", "daemonsets", "deployments",
+    ]  # fmt: skip
+    assert all(
+        "fieldManager=hooksvc" in path for method, path in kube.requests if method == "PATCH"
+    )
     config = kube.get_object("", "v1", "configmaps", "addons", "agent-settings")
     assert config is not None and config["data"] == {"level": "info"}
     # A second start applies the same objects again: nothing is created twice.
     assert isinstance(run(context("addon_install", params, step_name="addons")), registry.Poll)
     assert len(kube.list_objects(*DEPLOYMENTS, "monitoring")) == 1
-    kube.set_status(
-        *DEPLOYMENTS,
-        "monitoring",
-        "agent",
-        {"observedGeneration": 1, "replicas": 3, "updatedReplicas": 2, "availableReplicas": 2},
-    )
-    assert isinstance(run(ctx), registry.Poll), "an old replica is still running"
-    roll_out(kube)
+    eventually("the rollout", lambda: isinstance(run(ctx), registry.Done))
     assert run(ctx) == registry.Done({"inventory": INVENTORY})
+
+
+def test_custom_resources_wait_until_their_definition_is_established_and_served(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """apiextensions-apiserver: naming_controller.go and establishing_controller.go set
+    NamesAccepted then Established; customresource_discovery_controller.go lists the kind
+    only once established (kube_crds, with a delay). Applying the Widget right after its CRD
+    would meet a kind the server does not serve yet."""
+    kube.set_crd_establish_delay(0.5)
+    manifests = [WIDGET, deployment("widget-operator"), WIDGET_CRD, ADDON[0]]
+    ctx = context("addon_install", {"manifests": manifests, "waitForRollout": False})
+    first = run(ctx)
+    assert first == registry.Poll(
+        after=1,
+        message="waiting for CustomResourceDefinition widgets.example.com to be established",
+        output={
+            "inventory": [
+                entry(
+                    "CustomResourceDefinition", "widgets.example.com", None,
+                    "apiextensions.k8s.io/v1",
+                ),
+                entry("Namespace", "monitoring", None),
+            ]
+        },
+    )  # fmt: skip
+    assert applied(kube) == ["customresourcedefinitions", "namespaces"]
+    second = run(ctx)
+    assert isinstance(second, registry.Poll) and second.after == 2, "backs off"
+
+    def established() -> bool:
+        crd = kube.get_object(*CRD, None, "widgets.example.com") or {}
+        return any(c["type"] == "Established" and c["status"] == "True"
+                   for c in (crd.get("status") or {}).get("conditions") or [])  # fmt: skip
+
+    eventually("the CRD established", established)
+    done = run(ctx)
+    assert isinstance(done, registry.Done)
+    assert [e["kind"] for e in done.output["inventory"]] == [
+        "CustomResourceDefinition", "Namespace", "Deployment", "Widget",
+    ]  # fmt: skip
+    widget = kube.get_object("example.com", "v1", "widgets", "monitoring", "default-widget")
+    assert widget is not None and widget["spec"] == {"size": 3}
+
+
+def test_a_kind_no_manifest_defines_is_waited_for_with_a_growing_interval(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """An operator that installs its own CRD at start: customresource_discovery_controller.go
+    lists the kind once it is established; until then the Widget waits (polls 1, 2, 4 s)."""
+    ctx = context("addon_install", {"manifests": [ADDON[0], WIDGET], "waitForRollout": False})
+    waits = [run(ctx) for _ in range(3)]
+    assert [(w.after, w.message) for w in waits if isinstance(w, registry.Poll)] == [
+        (after, "waiting for the API server to serve example.com/v1 Widget") for after in (1, 2, 4)
+    ]
+    kube.put_object(copy.deepcopy(WIDGET_CRD))  # what the operator's start would create
+    eventually("served", lambda: isinstance(run(ctx), registry.Done))
+    assert kube.get_object("example.com", "v1", "widgets", "monitoring", "default-widget")
+
+
+def test_a_namespace_still_terminating_from_an_earlier_removal_is_waited_for(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """kubernetes pkg/registry/core/namespace/storage/storage.go: a deleted Namespace stays
+    Terminating until the namespace controller removed its content; apiserver
+    plugin/namespace/lifecycle/admission.go refuses new content in it (403,
+    NamespaceTerminating). The install waits, then creates the Namespace anew."""
+    for name in ("monitoring", "old"):
+        kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        held = {"name": "held", "namespace": name, "finalizers": ["example.com/hold"]}
+        kube.put_object({"apiVersion": "v1", "kind": "ConfigMap", "metadata": held})
+        kube.delete("", "v1", "namespaces", None, name)
+    settings = {**ADDON[-1], "metadata": {"name": "agent-settings", "namespace": "monitoring"}}
+    elsewhere = {**ADDON[-1], "metadata": {"name": "agent-settings", "namespace": "old"}}
+    ctx = context("addon_install", {"manifests": [ADDON[0], settings, elsewhere]})
+    waiting = run(ctx)
+    assert isinstance(waiting, registry.Poll)
+    assert waiting.message == "waiting for Namespace monitoring to finish terminating"
+    kube.delete_object("", "v1", "configmaps", "monitoring", "held")
+    eventually(
+        "monitoring gone", lambda: not kube.get_object("", "v1", "namespaces", None, "monitoring")
+    )
+    refused = run(ctx)
+    assert isinstance(refused, registry.Poll)
+    assert refused.message == (
+        "waiting for namespace old to finish terminating to apply ConfigMap agent-settings"
+    )
+    namespace = kube.get_object("", "v1", "namespaces", None, "monitoring")
+    assert namespace is not None and namespace["status"]["phase"] == "Active", "created anew"
+    kube.delete_object("", "v1", "configmaps", "old", "held")
+    eventually("old gone", lambda: not kube.get_object("", "v1", "namespaces", None, "old"))
+    missing = run(ctx)
+    assert isinstance(missing, registry.Poll)
+    assert missing.message == "waiting for namespace old to exist to apply ConfigMap agent-settings"
+
+
+def test_a_conflict_on_apply_is_a_temporary_error(kube: KubeEmulator, context: Context) -> None:
+    """A 409 on server-side apply (another writer in between) is worth another attempt."""
+    kube.fail_next("PATCH", "/configmaps/", 409)
+    ctx = context("addon_install", {"manifests": [ADDON[-1]], "namespace": "addons"})
+    with pytest.raises(errors.TemporaryError) as exc:
+        run(ctx)
+    assert exc.value.message == (
+        "apply /api/v1/namespaces/addons/configmaps/agent-settings: changed concurrently"
+    )
+    assert isinstance(run(ctx), registry.Done)
+
+
+def test_a_deployment_past_its_progress_deadline_fails_the_step(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """kubectl rollout_status.go: a Progressing condition with reason ProgressDeadlineExceeded
+    is an error; the deployment controller sets it (pkg/controller/deployment/progress.go,
+    kube_apps with a stuck Deployment)."""
+    kube.add_controller(AppsControllers(stuck=["monitoring/agent"], deadline_seconds=0.2))
+    ctx = context("addon_install", {"manifests": [ADDON[0], deployment("agent")]})
+    assert isinstance(run(ctx), registry.Poll)
+
+    def failed() -> bool:
+        try:
+            run(ctx)
+        except errors.PermanentError as exc:
+            assert exc.message == (
+                "Deployment monitoring/agent did not roll out: ProgressDeadlineExceeded"
+            )
+            return True
+        return False
+
+    eventually("the deadline", failed)
+
+
+def test_a_partitioned_statefulset_is_done_at_replicas_minus_partition_and_ondelete_is_not_waited(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """kubectl rollout_status.go: with rollingUpdate.partition the rollout is complete once
+    replicas - partition pods are updated; OnDelete strategies have no rollout status.
+    kube_apps replaces only pods from the partition up, and none for OnDelete."""
+    kube.add_controller(AppsControllers())
+    partitioned = {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}}
+    sets: list[dict[str, Any]] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": "monitoring"},
+            "spec": {"replicas": 3, "updateStrategy": strategy, "template": {"spec": spec}},
+        }
+        for name, strategy in (("db", partitioned), ("cache", {"type": "OnDelete"}))
+        for spec in [{"image": "v1"}]
+    ]
+    params = {"manifests": [ADDON[0], *sets], "pollSeconds": 1}
+    eventually(
+        "installed", lambda: isinstance(run(context("addon_install", params)), registry.Done)
+    )
+    upgraded = copy.deepcopy(sets)
+    for item in upgraded:
+        item["spec"]["template"] = {"spec": {"image": "v2"}}
+    ctx = context("addon_install", {**params, "manifests": [ADDON[0], *upgraded]}, run_id=8)
+    eventually("upgraded", lambda: isinstance(run(ctx), registry.Done))
+    done = run(ctx)
+    assert isinstance(done, registry.Done)
+    assert done.output["notWaitedFor"] == [
+        {**entry("StatefulSet", "cache", "monitoring", "apps/v1"),
+         "reason": "updateStrategy OnDelete: not waited for"},
+    ]  # fmt: skip
+    db = kube.get_object("apps", "v1", "statefulsets", "monitoring", "db")
+    assert db is not None and db["status"]["updatedReplicas"] == 1
 
 
 def test_install_reads_manifests_from_a_configmap_of_the_management_cluster(
@@ -139,7 +311,7 @@ def test_install_reads_manifests_from_a_configmap_of_the_management_cluster(
     )
     ref = {"namespace": "addons", "name": "monitoring-addon", "key": "manifests.yaml"}
     done = run(context("addon_install", {"configMapRef": ref}))
-    assert done == registry.Done({"inventory": INVENTORY[:3]})
+    assert done == registry.Done({"inventory": [INVENTORY[0], INVENTORY[1], INVENTORY[3]]})
     with pytest.raises(errors.PermanentError) as exc:
         run(context("addon_install", {"configMapRef": {**ref, "key": "other"}}, run_id=8))
     assert exc.value.message == "ConfigMap addons/monitoring-addon has no key other"
@@ -152,144 +324,3 @@ def test_install_needs_something_to_install() -> None:
     with pytest.raises(registry.ParamError) as exc:
         registry.validate("addon_install", {}, hook="AfterControlPlaneInitialized")
     assert str(exc.value) == "manifests: give manifests, configMapRef or charts"
-
-
-def installed_run(inventory: list[dict[str, Any]], *, uid: str = CLUSTER_UID) -> Run:
-    run_ = Run.objects.create(
-        template_name="addons-on-init",
-        template_generation=1,
-        spec={},
-        hook="AfterControlPlaneInitialized",
-        cluster_key=uid,
-        cluster_namespace="fleet",
-        cluster_name="prod-eu-1",
-        state=Run.State.SUCCEEDED,
-    )
-    StepRun.objects.create(
-        run=run_,
-        name="addons",
-        position=0,
-        type="addon_install",
-        state=StepRun.State.SUCCEEDED,
-        output={"inventory": inventory},
-    )
-    return run_
-
-
-@pytest.mark.django_db
-def test_remove_deletes_exactly_the_installed_inventory_in_reverse_order(
-    kube: KubeEmulator, context: Context
-) -> None:
-    run(context("addon_install", {"manifests": ADDON, "namespace": "addons"}))
-    kube.put_object(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "keep", "namespace": "addons"},
-        }
-    )
-    installed_run(INVENTORY)
-    installed_run(INVENTORY[:1], uid="another-cluster")
-    params = {"fromTemplate": "addons-on-init", "fromStep": "addons"}
-    ctx = context("addon_remove", params, hook="BeforeClusterDelete", step_name="remove")
-    kube.requests.clear()
-    assert run(ctx) == registry.Done({"removed": INVENTORY})
-    deletes = [path for method, path in kube.requests if method == "DELETE"]
-    assert [p.split("?")[0].rsplit("/", 2)[-2:] for p in deletes] == [
-        ["configmaps", "agent-settings"],
-        ["daemonsets", "node-agent"],
-        ["deployments", "agent"],
-        ["clusterroles", "agent-read"],
-        ["serviceaccounts", "agent"],
-        ["namespaces", "monitoring"],
-    ]
-    assert kube.get_object("", "v1", "namespaces", None, "monitoring") is None
-    assert (
-        kube.get_object("rbac.authorization.k8s.io", "v1", "clusterroles", None, "agent-read")
-        is None
-    )
-    assert kube.get_object("", "v1", "configmaps", "addons", "keep") is not None
-
-
-@pytest.mark.django_db
-def test_remove_waits_until_each_object_is_gone(kube: KubeEmulator, context: Context) -> None:
-    inventory = [INVENTORY[-1]]
-    ctx = context("addon_remove", {"inventory": inventory}, step_name="remove")
-    kube.put_object({**ADDON[-1], "metadata": {"name": "agent-settings", "namespace": "addons"}})
-    ctx.memo["inventory"], ctx.memo["deleted"] = inventory, True  # deleted, held by a finalizer
-    assert run(ctx) == registry.Poll(
-        after=5, message="waiting for 1 objects to be gone: ConfigMap addons/agent-settings"
-    )
-    kube.delete_object("", "v1", "configmaps", "addons", "agent-settings")
-    assert run(ctx) == registry.Done({"removed": inventory})
-
-
-@pytest.mark.django_db
-def test_remove_without_a_succeeded_install_has_nothing_to_remove(
-    kube: KubeEmulator, context: Context
-) -> None:
-    params = {"fromTemplate": "addons-on-init", "fromStep": "addons"}
-    before = len(kube.requests)
-    outcome = run(context("addon_remove", params, step_name="remove"))
-    assert outcome == registry.Done({"removed": [], "result": "nothing installed"})
-    assert len(kube.requests) == before, "nothing installed: the workload is not even read"
-
-
-def test_remove_needs_one_source_of_inventory() -> None:
-    with pytest.raises(registry.ParamError) as exc:
-        registry.validate("addon_remove", {}, hook="BeforeClusterDelete")
-    assert str(exc.value) == "inventory: give either fromTemplate and fromStep, or inventory"
-
-
-@pytest.mark.parametrize(
-    ("kind", "spec", "status", "done"),
-    [
-        (
-            "StatefulSet",
-            {"replicas": 3},
-            {"observedGeneration": 1, "updatedReplicas": 3, "readyReplicas": 3},
-            True,
-        ),
-        (
-            "StatefulSet",
-            {"replicas": 3},
-            {"observedGeneration": 1, "updatedReplicas": 3, "readyReplicas": 2},
-            False,
-        ),
-        (
-            "Deployment",
-            {},
-            {"observedGeneration": 1, "updatedReplicas": 1, "availableReplicas": 1},
-            True,
-        ),
-        (
-            "Deployment",
-            {"replicas": 1},
-            {"observedGeneration": 0, "updatedReplicas": 1, "availableReplicas": 1},
-            False,
-        ),
-        (
-            "DaemonSet",
-            {},
-            {
-                "observedGeneration": 1,
-                "desiredNumberScheduled": 2,
-                "updatedNumberScheduled": 1,
-                "numberAvailable": 2,
-            },
-            False,
-        ),
-    ],
-    ids=[
-        "sts ready",
-        "sts not ready",
-        "deploy default replicas",
-        "deploy old generation",
-        "ds updating",
-    ],
-)
-def test_rolled_out_reads_the_controllers_status(
-    kind: str, spec: dict[str, Any], status: dict[str, Any], done: bool
-) -> None:
-    obj = {"kind": kind, "metadata": {"generation": 1}, "spec": spec, "status": status}
-    assert addon_install.rolled_out(obj) is done

@@ -20,7 +20,10 @@ from tests.support import capi
 from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
 from tests.workflows.runs import make_run
-from workflows import engine, events, k8s, tasks
+from workflows import tasks
+from workflows.engine import dispatch, scheduling
+from workflows.hookpath import runs as hook_runs
+from workflows.kube import events, k8s
 from workflows.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -76,7 +79,7 @@ def test_without_a_management_cluster_events_are_skipped_and_that_is_logged_once
 ) -> None:
     run = a_run()
     monkeypatch.setattr(events, "_skipped_logged", False)
-    caplog.set_level(logging.INFO, logger="workflows.events")
+    caplog.set_level(logging.INFO, logger="workflows.kube.events")
     with override_settings(KUBECONFIG_PATH=tmp_path / "none"):
         events.emit(run.pk, "started")
         events.emit(run.pk, "succeeded")
@@ -105,14 +108,18 @@ def test_the_task_retries_an_unreachable_api_server_then_drops_the_event(
 def test_the_engine_announces_start_and_outcome_after_commit(
     monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
-    sent: list[tuple[int, str]] = []
-    monkeypatch.setattr(tasks.cluster_event, "delay", lambda *args: sent.append(args))
-    monkeypatch.setattr(tasks.advance, "delay", lambda *args: None)
+    sent: list[tuple[Any, ...]] = []
+
+    def broker(name: str, args: tuple[Any, ...], countdown: float | None) -> None:
+        if name == dispatch.CLUSTER_EVENT:
+            sent.append(args)
+
+    monkeypatch.setattr(dispatch, "broker", broker)
     template = wf.template("backup-before-upgrade", steps=[{"name": "only", "type": "noop"}])
     cluster = capi.cluster_v1beta2(name=CLUSTER, namespace=NS, uid=CLUSTER_UID)
     with django_capture_on_commit_callbacks(execute=True):
-        [run] = engine.runs_ensure(templates=[template], call=wf.call(cluster=cluster))
+        [run] = hook_runs.runs_ensure(templates=[template], call=wf.call(cluster=cluster))
     assert sent == [], "the hook path never emits events"
     with django_capture_on_commit_callbacks(execute=True):
-        engine.advance(run.pk)
+        scheduling.advance(run.pk)
     assert sent == [(run.pk, "started"), (run.pk, "succeeded")]

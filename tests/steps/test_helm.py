@@ -60,10 +60,10 @@ def roll_out(kube: KubeEmulator, replicas: int = 3) -> None:
     kube.set_status(*DEPLOYMENTS, NS, "demo-hello", {"observedGeneration": 1, **status})
 
 
-def releases(kube: KubeEmulator) -> list[dict[str, Any]]:
+def releases(kube: KubeEmulator, namespace: str = NS) -> list[dict[str, Any]]:
     """helm's release records (Secrets), decoded: name, revision, status, description."""
     found = []
-    for secret in kube.list_objects("", "v1", "secrets", NS):
+    for secret in kube.list_objects("", "v1", "secrets", namespace):
         if (secret["metadata"].get("labels") or {}).get("owner") != "helm":
             continue
         # helm stores base64(gzip(JSON)) in the Secret's data, itself base64 on the wire.
@@ -166,8 +166,11 @@ def test_remove_uninstalls_the_release_and_waits_until_its_objects_are_gone(
     kube.put_object(deployment)
     ctx = context("addon_remove", {"inventory": INVENTORY}, step_name="remove")
     kube.requests.clear()
+    held = f"Deployment {NS}/demo-hello (finalizers: example.com/drain)"
     assert run(ctx) == registry.Poll(
-        after=5, message=f"waiting for 1 objects to be gone: Deployment {NS}/demo-hello"
+        after=5,
+        message=f"removing objects: waiting for 1 to be gone: {held}",
+        output={"removing": "objects", "remaining": [held]},
     )
     deletes = sorted(p.split("?")[0] for m, p in kube.requests if m == "DELETE")
     assert deletes == [

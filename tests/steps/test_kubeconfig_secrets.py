@@ -20,7 +20,8 @@ from tests.steps.conftest import CLUSTER, CLUSTER_UID, NS
 from tests.support import capi
 from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
-from workflows import engine
+from workflows.engine import scheduling
+from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, RunEvent, StepRun
 
 pytestmark = pytest.mark.django_db
@@ -52,8 +53,8 @@ def run_job(kube: KubeEmulator) -> Run:
         ],
     )
     cluster = capi.cluster_v1beta2(name=CLUSTER, namespace=NS, uid=CLUSTER_UID)
-    [run] = engine.runs_ensure(templates=[template], call=wf.call(cluster=cluster))
-    engine.advance(run.pk)
+    [run] = hook_runs.runs_ensure(templates=[template], call=wf.call(cluster=cluster))
+    scheduling.advance(run.pk)
     run.refresh_from_db()
     return run
 

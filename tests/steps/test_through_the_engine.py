@@ -1,7 +1,8 @@
 """Kubernetes steps run by the engine in this process (no worker): what the run records.
 
 An unreachable API server makes a step wait for its next attempt while the run goes on; a
-failed Job's log tail is kept on the failed step; a step out of retries has its objects
+failed Job's log tail (the emulator's Job controller and kubelet run it) is kept on the
+failed step; a step out of retries has its objects
 cleaned up. The engine's clock is moved instead of waiting.
 """
 
@@ -11,7 +12,8 @@ import pytest
 
 from tests.steps.conftest import NS, later, start
 from tests.support.kube import KubeEmulator
-from workflows import engine
+from tests.support.kube_workloads import Script, Workloads
+from workflows.engine import cleanups, scheduling
 from workflows.models import StepRun
 
 pytestmark = pytest.mark.django_db
@@ -29,28 +31,27 @@ def test_an_unreachable_api_server_retries_the_step_and_the_run_goes_on(
     assert step.message == "API server unreachable"
     kube.start()
     later(monkeypatch, 600)
-    engine.run_step(step.pk)
+    scheduling.run_step(step.pk)
     step.refresh_from_db()
     assert (step.state, step.message) == ("waiting", f"Job {NS}/hooksvc-{run.pk}-job is running")
     assert len(kube.list_objects("batch", "v1", "jobs", NS)) == 1
 
 
 def test_a_failed_job_fails_the_run_and_its_log_tail_is_kept(
-    kube: KubeEmulator, monkeypatch: pytest.MonkeyPatch
+    kube: KubeEmulator, workloads: Workloads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The emulator's Job controller and kubelet run the Job's pod, which fails.
+    workloads.script("busybox:1.36", Script(exit_code=1, log="step 3 of 3: exit 1\n", seconds=20))
     run = start("BeforeClusterUpgrade", [{"name": "job", "type": "k8s_job", "with": JOB}])
     name = f"hooksvc-{run.pk}-job"
-    kube.put_object(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": f"{name}-abcde", "namespace": NS, "labels": {"job-name": name}},
-        }
-    )
-    kube.set_pod_log(NS, f"{name}-abcde", "step 3 of 3: exit 1\n")
-    kube.set_status("batch", "v1", "jobs", NS, name, {"failed": 1})
+
+    def failed() -> bool:
+        job = kube.get_object("batch", "v1", "jobs", NS, name) or {}
+        return any(c["type"] == "Failed" for c in job.get("status", {}).get("conditions", []))
+
+    workloads.wait("the Job to fail", failed)
     later(monkeypatch, 60)
-    engine.run_step(StepRun.objects.get(run=run).pk)
+    scheduling.run_step(StepRun.objects.get(run=run).pk)
     run.refresh_from_db()
     step = StepRun.objects.get(run=run)
     assert (step.state, step.message) == ("failed", f"Job {NS}/{name} failed")
@@ -68,9 +69,11 @@ def test_a_conformance_step_out_of_retries_deletes_what_it_made(
     # The Pod's read fails once: with no retry left the engine fails the step, and cleans up.
     kube.fail_next("GET", "/pods/e2e-conformance$", 503)
     later(monkeypatch, 60)
-    engine.run_step(StepRun.objects.get(run=run).pk)
+    scheduling.run_step(StepRun.objects.get(run=run).pk)
     step = StepRun.objects.get(run=run)
     assert step.state == "failed"
+    # The failure sends the workflows.step_cleanup task; here it runs in process.
+    assert cleanups.step_cleanup(step.pk) is True
     assert kube.get_object("", "v1", "namespaces", None, name) is None
     assert (
         kube.get_object("rbac.authorization.k8s.io", "v1", "clusterrolebindings", None, name)

@@ -16,7 +16,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from hooksvc import catalog
+from hooksvc.contract import catalog
 from tests.support import capi
 
 #: One MiB: a string this long travels in a body well under the 20 MiB limit.

@@ -1,6 +1,6 @@
 """A Kubernetes API emulator that the official `kubernetes` client reaches over HTTP.
 
-Tests of the Kubernetes steps and of `workflows.k8s` talk to this server through an ordinary
+Tests of the Kubernetes steps and of `workflows.kube.k8s` talk to this server through an ordinary
 kubeconfig (`KubeEmulator.kubeconfig`), so nothing in the client is patched. It keeps objects
 in memory and behaves like kube-apiserver where our steps depend on it: metadata filled on
 create (uid, a resourceVersion counter shared by all objects, creationTimestamp, namespace,
@@ -8,7 +8,12 @@ generation), 201 on create, generateName, 409 on a stale resourceVersion, an iso
 subresource, server-side apply that creates or merges, JSON merge and JSON patch, label and
 field selectors on list and watch, watches that resume from a resourceVersion, end on
 `timeoutSeconds` and report 410 for a compacted one, and kube-apiserver's `Status` bodies.
-No controller runs: tests play them (`set_status`, `put_object`, `set_pod_log`).
+What every cluster runs always runs here too: DELETE with finalizers and propagation, the
+namespace controller and the garbage collector (`kube_lifecycle`), and CustomResourceDefinitions
+served once accepted and established (`kube_crds`). Other controllers are switched on by
+a test (`add_controller`; `kube_apps`, `kube_storage`, `kube_workloads` for kube-scheduler
+and the kubelet, `kube_jobs` for Jobs, ...); the rest tests play
+(`set_status`, `put_object`, `set_pod_log`).
 
 Why self-written on aiohttp rather than a layer on kmock 0.8 (see
 /work/shared/notes/k8s-emulator.md): kmock's `KubernetesEmulator` changes its store in its
@@ -18,16 +23,17 @@ re-scans a growing request log, and it swaps aiohttp's process-wide resolver whi
 A layer would have replaced nearly every method of a v0 library's internals; owning the
 whole server is less code to trust. This module is the transport (thread, event loop,
 aiohttp routes, watch streams, injected faults) and the helpers tests call;
-`kube_store` holds the objects and kube-apiserver's rules for them, `kube_semantics` the
-pure parts (selectors, patches, Status bodies).
+`kube_store` holds the objects and kube-apiserver's rules for them, `kube_views` the
+answers made of them (lists, watches, discovery), `kube_semantics` the pure parts
+(selectors, patches, Status bodies).
 
 The server runs on its own event loop in a daemon thread. Every helper that reads or
 changes state runs in that loop, so helpers are thread-safe and changes reach watchers.
 Known gaps: strategic merge patch is treated as a JSON merge patch (lists are replaced, not
 merged); server-side apply keeps no field ownership (no managedFields, no conflicts between
-managers); no admission, schema, RBAC, garbage collection or version conversion (the
-versions of a group share one store, only apiVersion is rewritten); deleting a Namespace
-removes it and its objects at once, with no Terminating phase; list ignores `limit`.
+managers); no admission but NamespaceLifecycle's, no schema, defaulting, RBAC or version
+conversion (the versions of a group share one store, only apiVersion is rewritten); no
+namespace `/finalize` endpoint and no graceful deletion of Pods; list ignores `limit`.
 
 For the helm CLI (client-go), `/openapi/v3` (`kube_openapi`) tells it the server validates
 fields, and Secrets may arrive in protobuf (`kube_protobuf`), as helm stores its releases.
@@ -42,6 +48,7 @@ import dataclasses
 import json
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,9 +57,10 @@ import pytest
 import yaml
 from aiohttp import web
 
-from tests.support import kube_openapi, kube_protobuf
+from tests.support import kube_crds, kube_lifecycle, kube_openapi, kube_protobuf, kube_views
+from tests.support.kube_resources import Resource
 from tests.support.kube_semantics import JSON, ApiError
-from tests.support.kube_store import Change, Resource, Store
+from tests.support.kube_store import Change, Controller, Store
 
 T = TypeVar("T")
 
@@ -79,7 +87,14 @@ class KubeEmulator:
         #: (method, path with query) of the latest requests, newest last.
         self.requests: collections.deque[tuple[str, str]] = collections.deque(maxlen=1000)
         self.port = 0
-        self._store = Store()
+        self._crds = kube_crds.CRDControllers()
+        self._store = Store(
+            system=[
+                kube_lifecycle.NamespaceController(),
+                kube_lifecycle.GarbageCollector(),
+                self._crds,
+            ]
+        )
         self._faults: list[_Fault] = []
         self._runner: web.AppRunner | None = None
         self._loop = asyncio.new_event_loop()
@@ -173,7 +188,29 @@ class KubeEmulator:
     def delete_object(
         self, group: str, version: str, plural: str, namespace: str | None, name: str
     ) -> None:
+        """Remove the object at once, finalizers or not (not what DELETE does: `delete`)."""
         self._call(self._store.delete_object, group, version, plural, namespace or "", name)
+
+    def delete(  # noqa: PLR0917 (the order kube-apiserver's paths use)
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str | None,
+        name: str,
+        propagation: str | None = None,
+    ) -> JSON:
+        """kube-apiserver's DELETE: finalizers hold the object, dependents follow the policy."""
+
+        def run() -> JSON:
+            res = self._store.served(group, version, plural)
+            return kube_lifecycle.delete(self._store, res, namespace or "", name, propagation)
+
+        return self._call(run)
+
+    def set_crd_establish_delay(self, seconds: float) -> None:
+        """How long a new CRD waits between its names accepted and Established (reset: 0)."""
+        self._call(setattr, self._crds, "establish_delay", seconds)
 
     def set_status(  # noqa: PLR0917 (the order kube-apiserver's paths use)
         self, group: str, version: str, plural: str, namespace: str | None, name: str, status: JSON
@@ -197,6 +234,18 @@ class KubeEmulator:
         """Answer the next `times` matching requests only after `seconds` (client timeouts)."""
         fault = _Fault(method.upper(), re.compile(path_regex), times, delay=seconds)
         self._call(self._faults.append, fault)
+
+    def add_controller(self, controller: Controller) -> None:
+        """Switch a controller on until the next `reset` (see `kube_store.Controller`); one
+        with a `start(store)` method gets it called, to catch up with existing objects."""
+        self._call(self._store.controllers.append, controller)
+        start = getattr(controller, "start", None)
+        if start is not None:
+            self._call(start, self._store)
+
+    def in_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(*args)` in the server's loop: what a controller's test helper changes."""
+        return self._call(fn, *args)
 
     def compact(self) -> None:
         """Forget the watch history, so a watch from an older resourceVersion answers 410."""
@@ -272,7 +321,7 @@ class KubeEmulator:
         if parts[:2] == ["openapi", "v3"]:
             return web.json_response(self._openapi_v3(parts[2:]))
         if parts and parts[0] in ("api", "apis") and len(parts) <= 3 - (parts[0] == "api"):
-            return web.json_response(self._store.discovery(parts))
+            return web.json_response(kube_views.discovery(self._store, parts))
         if len(parts) < 3 or parts[0] not in ("api", "apis"):
             raise ApiError(404, "the server could not find the requested resource")
         group, version, rest = (
@@ -299,7 +348,7 @@ class KubeEmulator:
             if method == "GET" and query.get("watch") in ("true", "1"):
                 return await self._watch(request, res, ns)
             if method == "GET":
-                return web.json_response(self._store.list_answer(res, ns, query))
+                return web.json_response(kube_views.list_answer(self._store, res, ns, query))
             if method == "POST":
                 obj = await self._body(request)
                 return web.json_response(self._store.create(res, ns, obj), status=201)
@@ -324,13 +373,31 @@ class KubeEmulator:
                 )
                 return web.json_response(answer, status=code)
             if method == "DELETE" and not status_only:
-                return web.json_response(self._store.delete(res, ns, name))
+                policy = await self._propagation(request)
+                answer = kube_lifecycle.delete(self._store, res, ns, name, policy)
+                return web.json_response(answer)
         elif sub == "log" and res.kind == "Pod" and method == "GET":
-            text = self._store.pod_log(res, ns, name, query)
+            text = kube_views.pod_log(self._store, res, ns, name, query)
             return web.Response(text=text, content_type="text/plain")
         else:
             raise ApiError(404, "the server could not find the requested resource")
         raise ApiError(405, f"the server does not allow this method on {res.qualified}")
+
+    async def _propagation(self, request: web.Request) -> str | None:
+        """DeleteOptions' propagationPolicy (or orphanDependents), from the query or the body."""
+        options: JSON = dict(request.query)
+        raw = await request.read()
+        # client-go may send DeleteOptions in protobuf; helm sends no policy in them.
+        if raw.strip() and request.content_type == "application/json":
+            try:
+                options.update(json.loads(raw))
+            except ValueError:
+                raise ApiError(400, "the request body is not valid JSON") from None
+        policy = options.get("propagationPolicy")
+        orphan = options.get("orphanDependents")
+        if policy is None and orphan is not None:
+            policy = "Orphan" if str(orphan).lower() == "true" else "Background"
+        return str(policy) if policy is not None else None
 
     async def _body(self, request: web.Request) -> JSON:
         if request.content_type == kube_protobuf.CONTENT_TYPE:
@@ -344,12 +411,13 @@ class KubeEmulator:
         return body
 
     async def _watch(self, request: web.Request, res: Resource, ns: str) -> web.StreamResponse:
-        matches = self._store.matcher(ns, request.query)
+        matches = kube_views.matcher(ns, request.query)
         timeout = float(request.query.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS)
         deadline = self._loop.time() + timeout
         # The backlog is computed and the queue registered with no await in between, so no
         # change can fall between them.
-        backlog = list(self._store.backlog(res, request.query.get("resourceVersion", ""), matches))
+        since = request.query.get("resourceVersion", "")
+        backlog = list(kube_views.backlog(self._store, res, since, matches))
         queue: asyncio.Queue[Change | None] = asyncio.Queue()
         self._store.watchers.add(queue)
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -366,7 +434,7 @@ class KubeEmulator:
                     break
                 if change is None:
                     break
-                for event in self._store.event(res, change, matches):
+                for event in kube_views.event(self._store, res, change, matches):
                     await response.write(json.dumps(event).encode() + b"\n")
             await response.write_eof()
         except ConnectionError:
@@ -394,6 +462,14 @@ class KubeEmulator:
             "compiler": "gc",
             "platform": "linux/amd64",
         }
+
+
+def eventually(what: str, check: Callable[[], object], timeout: float = 5.0) -> None:
+    """Wait until `check()` is true: the emulator's controllers act just after each change."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.02)
 
 
 # --- fixtures (registered for the whole suite by tests/conftest.py) --------------------

@@ -18,8 +18,8 @@ import hashlib
 import json
 from collections.abc import Iterable
 
+from tests.support.kube_resources import Resource
 from tests.support.kube_semantics import JSON, ApiError
-from tests.support.kube_store import Resource
 
 _QUERY = {"in": "query", "uniqueItems": True, "schema": {"type": "string", "uniqueItems": True}}
 _WRITE_PARAMS = ("dryRun", "fieldManager", "fieldValidation")

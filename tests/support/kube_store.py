@@ -17,18 +17,17 @@ import datetime
 import json
 import secrets
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import yaml
 
+from tests.support.kube_resources import BUILTINS, Resource
 from tests.support.kube_semantics import (
     JSON,
     ApiError,
-    field_selector_matches,
     fold_string_data,
     json_patch,
-    label_selector_matches,
     merge_patch,
 )
 
@@ -38,65 +37,14 @@ _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # generateName's alphabet (no vowel
 _DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public")
 
 
-@dataclasses.dataclass(frozen=True)
-class Resource:
-    """One served resource: group/version/plural, its kind, scope and status subresource."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool
-    status: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def qualified(self) -> str:
-        # How kube-apiserver names a resource in messages: `secrets`, `clusters.cluster.x-k8s.io`.
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-
-BUILTINS: tuple[Resource, ...] = (
-    Resource("", "v1", "namespaces", "Namespace", namespaced=False),
-    Resource("", "v1", "secrets", "Secret", namespaced=True, status=False),
-    Resource("", "v1", "configmaps", "ConfigMap", namespaced=True, status=False),
-    Resource("", "v1", "pods", "Pod", namespaced=True),
-    Resource("", "v1", "services", "Service", namespaced=True),
-    Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True, status=False),
-    Resource("", "v1", "events", "Event", namespaced=True, status=False),
-    Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True),
-    Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False),
-    Resource("apps", "v1", "deployments", "Deployment", namespaced=True),
-    Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True),
-    Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True),
-    Resource("batch", "v1", "jobs", "Job", namespaced=True),
-    *(
-        Resource("rbac.authorization.k8s.io", "v1", plural, kind, namespaced, status=False)
-        for plural, kind, namespaced in (
-            ("clusterroles", "ClusterRole", False),
-            ("clusterrolebindings", "ClusterRoleBinding", False),
-            ("roles", "Role", True),
-            ("rolebindings", "RoleBinding", True),
-        )
-    ),
-    Resource("events.k8s.io", "v1", "events", "Event", namespaced=True, status=False),
-    Resource("cluster.x-k8s.io", "v1beta2", "clusters", "Cluster", namespaced=True),
-    Resource("cluster.x-k8s.io", "v1beta1", "clusters", "Cluster", namespaced=True),
-    Resource("snapshot.storage.k8s.io", "v1", "volumesnapshots", "VolumeSnapshot", True),
-    Resource(
-        "snapshot.storage.k8s.io", "v1", "volumesnapshotclasses", "VolumeSnapshotClass", False
-    ),
-    Resource(
-        "snapshot.storage.k8s.io", "v1", "volumesnapshotcontents", "VolumeSnapshotContent", False
-    ),
-    Resource("velero.io", "v1", "backups", "Backup", namespaced=True),
-)
-
 # Objects of all versions of a group's resource share a store: (group, plural, namespace, name).
 Key = tuple[str, str, str, str]
+
+CRD_GROUP = "apiextensions.k8s.io"
+CRDS = (CRD_GROUP, "customresourcedefinitions")
+NAMESPACES = ("", "namespaces")
+#: The Namespace finalizer the namespace controller removes once the content is gone.
+NAMESPACE_FINALIZER = "kubernetes"
 
 
 @dataclasses.dataclass
@@ -109,6 +57,20 @@ class Change:
     plural: str
     old: JSON | None
     new: JSON
+
+
+class Controller(Protocol):
+    """A controller a test switches on: it sees every committed change, in the server's loop,
+    and acts through the store's methods as the real controller acts through the API."""
+
+    def react(self, store: Store, change: Change) -> None: ...
+
+
+class SystemController(Controller, Protocol):
+    """A controller every cluster runs (namespaces, garbage collection, CRDs): never switched
+    off, only reset to its defaults with the store."""
+
+    def reset(self) -> None: ...
 
 
 def _now() -> str:
@@ -130,20 +92,16 @@ def _not_found(res: Resource, name: str) -> ApiError:
     )
 
 
-def _success(res: Resource, obj: JSON) -> JSON:
-    meta = _meta(obj)
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Success",
-        "details": {
-            "name": meta.get("name"),
-            "group": res.group,
-            "kind": res.plural,
-            "uid": meta.get("uid"),
-        },
-    }
+def condition_true(obj: JSON, kind: str) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+
+
+def held(res: Resource, obj: JSON) -> bool:
+    """True while finalizers keep a deleted object (a Namespace's spec ones too)."""
+    if _meta(obj).get("finalizers"):
+        return True
+    return (res.group, res.plural) == NAMESPACES and bool((obj.get("spec") or {}).get("finalizers"))
 
 
 def _spec_part(obj: JSON) -> JSON:
@@ -154,7 +112,10 @@ def _spec_part(obj: JSON) -> JSON:
 class Store:
     """Objects, resourceVersions, watch history and the served resources."""
 
-    def __init__(self) -> None:
+    def __init__(self, system: Sequence[SystemController] = ()) -> None:
+        #: What kube-controller-manager and apiextensions-apiserver run (`kube_lifecycle`,
+        #: `kube_crds`): they see every change, like the controllers tests switch on.
+        self.system = list(system)
         self.resources: dict[tuple[str, str, str], Resource] = {}
         self.objects: dict[Key, JSON] = {}
         self.rv = 0
@@ -163,11 +124,20 @@ class Store:
         self.watchers: set[asyncio.Queue[Change | None]] = set()
         #: Pod logs by (namespace, pod, container); container "" is a pod's only container.
         self.logs: dict[tuple[str, str, str], str] = {}
+        #: Controllers a test switched on (`KubeEmulator.add_controller`); reset drops them.
+        self.controllers: list[Controller] = []
+        self._timers: list[asyncio.TimerHandle] = []
         self.reset()
 
     def reset(self) -> None:
         """Only the built-ins, the default namespaces, no watches; resourceVersions go on."""
         self.close_watches()
+        self.controllers.clear()
+        for system in self.system:
+            system.reset()
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
         self.objects.clear()
         self.history.clear()
         self.compacted_rv = self.rv
@@ -175,29 +145,6 @@ class Store:
         self.resources = {(r.group, r.version, r.plural): r for r in BUILTINS}
         for name in _DEFAULT_NAMESPACES:
             self.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-
-    def pod_log(self, res: Resource, ns: str, name: str, query: Mapping[str, str]) -> str:
-        """A container's log (tailLines, limitBytes); a pod of several needs its container named."""
-        container = query.get("container", "")
-        pod = self.existing(res, ns, name)
-        names = [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or []]
-        if not container and len(names) > 1:
-            raise ApiError(
-                400,
-                f"a container name must be specified for pod {name}, "
-                f"choose one of: [{' '.join(names)}]",
-            )
-        if container and container not in names:
-            raise ApiError(400, f"container {container} is not valid for pod {name}")
-        found = self.logs.get((ns, name, container or (names[0] if names else "")))
-        if found is None and len(names) <= 1:
-            found = self.logs.get((ns, name, ""))
-        text = found or ""
-        if tail := query.get("tailLines"):
-            text = "".join(text.splitlines(keepends=True)[-int(tail) :])
-        if limit := query.get("limitBytes"):
-            text = text.encode()[: int(limit)].decode(errors="ignore")
-        return text
 
     def compact(self) -> None:
         self.history.clear()
@@ -212,9 +159,28 @@ class Store:
 
     def served(self, group: str, version: str, plural: str) -> Resource:
         res = self.resources.get((group, version, plural))
-        if res is None:
+        # customresource_handler.go: a CRD's resource answers once its names are accepted.
+        if res is None or (res.crd and self.crd_condition(res.crd) is None):
             raise ApiError(404, "the server could not find the requested resource")
         return res
+
+    def crd_condition(self, name: str) -> str | None:
+        """Established, NamesAccepted (served, not yet discoverable) or None (not served)."""
+        crd = self.objects.get((*CRDS, "", name))
+        for kind in ("Established", "NamesAccepted"):
+            if crd is not None and condition_true(crd, kind):
+                return kind
+        return None
+
+    def resource_for(self, group: str, plural: str) -> Resource:
+        """A served version of a group's resource (its versions share the objects)."""
+        return next(r for r in self.resources.values() if (r.group, r.plural) == (group, plural))
+
+    def by_uid(self, uid: str) -> tuple[Key, JSON] | None:
+        for key, obj in self.objects.items():
+            if _meta(obj).get("uid") == uid:
+                return key, obj
+        return None
 
     def present(self, res: Resource, obj: JSON) -> JSON:
         out = copy.deepcopy(obj)
@@ -235,7 +201,28 @@ class Store:
         self.history.append(change)
         for queue in self.watchers:
             queue.put_nowait(change)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return new  # the store's first objects, before its loop serves
+        # After the change is stored and answered, as a controller's informer sees it.
+        for controller in [*self.system, *self.controllers]:
+            loop.call_soon(controller.react, self, change)
         return new
+
+    def later(self, seconds: float, action: Callable[[], object]) -> None:
+        """Run `action` in the loop after `seconds` (a controller's requeue); reset cancels it."""
+        self._timers = [t for t in self._timers if not t.cancelled()]
+        self._timers.append(asyncio.get_running_loop().call_later(seconds, action))
+
+    def write(self, res: Resource, obj: JSON) -> JSON:
+        """A controller's update of a stored object (status included), by its own metadata."""
+        meta = _meta(obj)
+        key = (res.group, res.plural, meta.get("namespace") or "", meta["name"])
+        old = self.objects.get(key)
+        if old is None:
+            raise _not_found(res, meta["name"])
+        return self.present(res, self._update(res, key, old, obj))
 
     def _update(self, res: Resource, key: Key, old: JSON, new: JSON) -> JSON:
         """Store a changed object: no-op writes keep their rv; released deletions complete."""
@@ -251,22 +238,13 @@ class Store:
         new_meta["resourceVersion"] = old_meta.get("resourceVersion")
         if new == old:
             return new
-        if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
-            return self._remove(res, key, new)
+        if new_meta.get("deletionTimestamp") and not held(res, new):
+            return self.remove(res, key, new)
         return self._commit(res, key, old, new, "MODIFIED")
 
-    def _remove(self, res: Resource, key: Key, obj: JSON) -> JSON:
-        gone = self._commit(res, key, copy.deepcopy(obj), obj, "DELETED")
-        if res.plural == "namespaces" and not res.group:
-            # No Terminating phase: a Namespace takes its objects with it at once.
-            name = key[3]
-            for other in [k for k in self.objects if k[2] == name]:
-                group, plural = other[0], other[1]
-                owner = next(
-                    r for r in self.resources.values() if (r.group, r.plural) == (group, plural)
-                )
-                self._commit(owner, other, self.objects[other], self.objects[other], "DELETED")
-        return gone
+    def remove(self, res: Resource, key: Key, obj: JSON) -> JSON:
+        """Drop the object for good (its deletion is complete): DELETED."""
+        return self._commit(res, key, copy.deepcopy(obj), obj, "DELETED")
 
     def _admit(self, res: Resource, namespace: str, obj: JSON) -> tuple[Key, JSON]:
         """Fill what kube-apiserver fills on create; the object gets its rv when committed."""
@@ -294,6 +272,10 @@ class Store:
         meta.setdefault("generation", 1)
         if res.kind == "Secret":
             fold_string_data(obj)
+        if (res.group, res.plural) == NAMESPACES:
+            # The namespace strategy's PrepareForCreate: the namespace controller's finalizer.
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("finalizers", [NAMESPACE_FINALIZER])
         return (res.group, res.plural, namespace if res.namespaced else "", meta["name"]), obj
 
     def put_object(self, obj: JSON) -> JSON:
@@ -322,11 +304,12 @@ class Store:
         ]
 
     def delete_object(self, group: str, version: str, plural: str, ns: str, name: str) -> None:
+        """Remove at once, finalizers or not (a test's hammer, not kube-apiserver's DELETE)."""
         res = self.served(group, version, plural)
         key = (group, plural, ns, name)
         if key not in self.objects:
             raise _not_found(res, name)
-        self._remove(res, key, copy.deepcopy(self.objects[key]))
+        self.remove(res, key, copy.deepcopy(self.objects[key]))
 
     def set_status(self, resource: tuple[str, str, str], ns: str, name: str, status: JSON) -> JSON:
         res = self.served(*resource)
@@ -351,10 +334,7 @@ class Store:
 
     def create(self, res: Resource, ns: str, obj: JSON) -> JSON:
         key, obj = self._admit(res, ns, obj)
-        if res.namespaced and ("", "namespaces", "", ns) not in self.objects:
-            raise ApiError(
-                404, f'namespaces "{ns}" not found', details={"name": ns, "kind": "namespaces"}
-            )
+        self._admit_create(res, ns, key[3])
         if key in self.objects:
             name = key[3]
             raise ApiError(
@@ -369,6 +349,38 @@ class Store:
         if res.kind == "Namespace" and not res.group:
             obj["status"] = {"phase": "Active"}
         return self.present(res, self._commit(res, key, None, obj, "ADDED"))
+
+    def _admit_create(self, res: Resource, ns: str, name: str) -> None:
+        """NamespaceLifecycle admission (apiserver plugin/namespace/lifecycle/admission.go),
+        and no creates while a CRD terminates (customresource_handler.go serveResource)."""
+        namespace = self.objects.get((*NAMESPACES, "", ns)) if res.namespaced else None
+        if res.namespaced and namespace is None:
+            raise ApiError(
+                404, f'namespaces "{ns}" not found', details={"name": ns, "kind": "namespaces"}
+            )
+        if namespace is not None and (namespace.get("status") or {}).get("phase") == "Terminating":
+            raise ApiError(
+                403,
+                f'{res.qualified} "{name}" is forbidden: unable to create new content in'
+                f" namespace {ns} because it is being terminated",
+                details={
+                    "name": name,
+                    "group": res.group,
+                    "kind": res.plural,
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "message": f"namespace {ns} is being terminated",
+                            "field": "metadata.namespace",
+                        }
+                    ],
+                },
+            )
+        crd = self.objects.get((*CRDS, "", res.crd)) if res.crd else None
+        if crd is not None and condition_true(crd, "Terminating"):
+            raise ApiError(
+                405, "create not allowed while custom resource definition is terminating"
+            )
 
     def _check_version(self, res: Resource, old: JSON, new: JSON) -> None:
         wanted = _meta(new).get("resourceVersion")
@@ -451,127 +463,3 @@ class Store:
         self._check_version(res, old, new)
         new = self._isolate(res, old, new, status_only)
         return self.present(res, self._update(res, key, old, new)), 200
-
-    def delete(self, res: Resource, ns: str, name: str) -> JSON:
-        key = (res.group, res.plural, ns, name)
-        old = self.existing(res, ns, name)
-        if _meta(old).get("finalizers"):
-            # Finalizers hold the object, marked, until someone removes them.
-            new = copy.deepcopy(old)
-            _meta(new).setdefault("deletionTimestamp", _now())
-            return self.present(res, self._update(res, key, old, new))
-        self._remove(res, key, copy.deepcopy(old))
-        return _success(res, old)
-
-    def matcher(self, ns: str, query: Any) -> Callable[[JSON], bool]:
-        labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
-        # Parse once now, so a bad selector answers 400 before anything streams.
-        label_selector_matches(labels, {})
-        field_selector_matches(fields, {})
-
-        def matches(obj: JSON) -> bool:
-            meta = _meta(obj)
-            return (
-                ns in ("", meta.get("namespace"))
-                and label_selector_matches(labels, meta.get("labels") or {})
-                and field_selector_matches(fields, obj)
-            )
-
-        return matches
-
-    def list_answer(self, res: Resource, ns: str, query: Any) -> JSON:
-        matches = self.matcher(ns, query)
-        items = [
-            self.present(res, obj)
-            for key, obj in sorted(self.objects.items())
-            if key[:2] == (res.group, res.plural) and matches(obj)
-        ]
-        return {
-            "apiVersion": res.api_version,
-            "kind": f"{res.kind}List",
-            "metadata": {"resourceVersion": str(self.rv)},
-            "items": items,
-        }
-
-    def backlog(self, res: Resource, since: str, matches: Callable[[JSON], bool]) -> Iterator[JSON]:
-        """What a new watch sends first: current objects, or the changes after `since`."""
-        if since in ("", "0"):
-            for key, obj in sorted(self.objects.items()):
-                if key[:2] == (res.group, res.plural) and matches(obj):
-                    yield {"type": "ADDED", "object": self.present(res, obj)}
-            return
-        if not since.isdigit():
-            raise ApiError(400, f"invalid resourceVersion {since!r}")
-        if int(since) < self.compacted_rv:
-            gone = ApiError(410, f"too old resource version: {since} ({self.compacted_rv})")
-            yield {"type": "ERROR", "object": gone.status()}
-            return
-        for change in self.history:
-            if change.rv > int(since):
-                yield from self.event(res, change, matches)
-
-    def event(
-        self, res: Resource, change: Change, matches: Callable[[JSON], bool]
-    ) -> Iterator[JSON]:
-        # A change that moves an object into or out of a watch's selection is, for that
-        # watch, an ADDED or DELETED, as kube-apiserver reports it.
-        if (change.group, change.plural) != (res.group, res.plural):
-            return
-        was = change.old is not None and matches(change.old)
-        now = matches(change.new)
-        if change.type == "DELETED":
-            kind = "DELETED" if was else None
-        elif was and now:
-            kind = change.type
-        else:
-            kind = "ADDED" if now else ("DELETED" if was else None)
-        if kind is not None:
-            yield {"type": kind, "object": self.present(res, change.new)}
-
-    def discovery(self, parts: list[str]) -> JSON:
-        if parts == ["api"]:
-            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
-        groups: dict[str, list[str]] = {}
-        for group, version, _ in self.resources:
-            if group and version not in groups.setdefault(group, []):
-                groups[group].append(version)
-
-        def describe(group: str) -> JSON:
-            versions = [{"groupVersion": f"{group}/{v}", "version": v} for v in groups[group]]
-            return {"name": group, "versions": versions, "preferredVersion": versions[0]}
-
-        if parts == ["apis"]:
-            return {
-                "kind": "APIGroupList",
-                "apiVersion": "v1",
-                "groups": [describe(g) for g in groups],
-            }
-        if len(parts) == 2 and parts[0] == "apis":
-            if parts[1] not in groups:
-                raise ApiError(404, "the server could not find the requested resource")
-            return {"kind": "APIGroup", "apiVersion": "v1", **describe(parts[1])}
-        group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
-        served = [r for r in self.resources.values() if (r.group, r.version) == (group, version)]
-        if not served:
-            raise ApiError(404, "the server could not find the requested resource")
-        resources: list[JSON] = []
-        for res in served:
-            verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
-            entry = {"name": res.plural, "singularName": res.kind.lower(), "kind": res.kind}
-            resources.append({**entry, "namespaced": res.namespaced, "verbs": verbs})
-            if res.status:
-                status_verbs = ["get", "patch", "update"]
-                resources.append(
-                    {
-                        **entry,
-                        "name": f"{res.plural}/status",
-                        "verbs": status_verbs,
-                        "namespaced": res.namespaced,
-                    }
-                )
-        return {
-            "kind": "APIResourceList",
-            "apiVersion": "v1",
-            "groupVersion": f"{group}/{version}" if group else version,
-            "resources": resources,
-        }

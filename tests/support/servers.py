@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 
-from hooksvc import devcerts
+from hooksvc.serving import devcerts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -169,7 +169,7 @@ def start_gunicorn(env: Mapping[str, str], log_path: Path) -> subprocess.Popen[b
                 "-m",
                 "gunicorn",
                 "-c",
-                "python:hooksvc.gunicorn_conf",
+                "python:hooksvc.serving.gunicorn_conf",
                 "hooksvc.wsgi",
             ],
             cwd=ROOT,

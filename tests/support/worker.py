@@ -26,9 +26,11 @@ def worker_env(data_dir: Path, kubeconfig: Path | None = None) -> dict[str, str]
         "HOOKSVC_DATA_DIR": str(data_dir),
         "HOOKSVC_STEP_MODULES": TEST_STEP_MODULES,
         "PROMETHEUS_MULTIPROC_DIR": str(servers.metrics_dir()),
-        # Fast reconciliation so that recovery tests take seconds, not minutes.
+        # Fast reconciliation so that recovery tests take seconds, not minutes: a killed
+        # worker's step is claimed again once its short lease has passed.
         "HOOKSVC_RECONCILE_SECONDS": "1",
         "HOOKSVC_RECONCILE_GRACE_SECONDS": "2",
+        "HOOKSVC_STEP_LEASE_SECONDS": "5",
     }
     if kubeconfig is not None:
         # The management cluster (and, through its Secrets, the workload clusters).

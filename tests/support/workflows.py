@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hooksvc import catalog, wire
+from hooksvc.contract import catalog, wire
 from tests.support import capi
 from workflows.models import WorkflowTemplate
 from workflows.steps import registry
@@ -14,7 +14,7 @@ from workflows.steps import registry
 def spec(
     hook: str = "BeforeClusterUpgrade", steps: list[dict[str, Any]] | None = None, **fields: Any
 ) -> dict[str, Any]:
-    """A normalized template spec with defaults, as workflows.spec produces it."""
+    """A normalized template spec with defaults, as workflows.definitions.spec produces it."""
     normalized_steps = []
     for step in steps if steps is not None else [{"name": "only", "type": "noop"}]:
         normalized = {"with": {}, "timeoutSeconds": None, "retries": 3, "dependsOn": [], **step}
@@ -25,6 +25,7 @@ def spec(
         "clusterSelector": {},
         "settings": {},
         "retryAfterSeconds": 10,
+        "approvalRetryAfterSeconds": None,
         "onFailure": "Block",
         "deadlineSeconds": None,
         "onDeadline": "Block",

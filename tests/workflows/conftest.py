@@ -6,13 +6,13 @@ from __future__ import annotations
 import datetime
 import http.server
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.utils import timezone
 
-from workflows import engine, tasks
+from workflows.engine import clock, dispatch
 
 
 class Receiver(http.server.ThreadingHTTPServer):
@@ -55,14 +55,14 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
     """The messages the engine sends, recorded instead of reaching the broker."""
     messages: list[tuple[str, Any]] = []
 
-    def recorder(name: str) -> Callable[..., None]:
-        return lambda *args, **kwargs: messages.append((name, args[0] if args else None))
+    def record(name: str, args: tuple[Any, ...], countdown: float | None) -> None:
+        short = name.removeprefix("workflows.")
+        if countdown is not None:
+            messages.append((f"{short}_later", args))
+        else:
+            messages.append((short, args[0] if args else None))
 
-    monkeypatch.setattr(tasks.advance, "delay", recorder("advance"))
-    monkeypatch.setattr(tasks.run_step, "delay", recorder("run_step"))
-    monkeypatch.setattr(tasks.run_step, "apply_async", recorder("run_step_later"))
-    monkeypatch.setattr(tasks.poll_due, "delay", recorder("poll_due"))
-    monkeypatch.setattr(tasks.cluster_event, "delay", recorder("cluster_event"))
+    monkeypatch.setattr(dispatch, "broker", record)
     return messages
 
 
@@ -70,5 +70,5 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
 def now(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[datetime.datetime]]:
     """The engine's clock, held still; tests move it by replacing the one element."""
     moment = [timezone.now()]
-    monkeypatch.setattr(engine, "clock", lambda: moment[0])
+    monkeypatch.setattr(clock, "now", lambda: moment[0])
     yield moment

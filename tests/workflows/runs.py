@@ -11,6 +11,7 @@ SPEC: dict[str, Any] = {
     "clusterSelector": {},
     "settings": {},
     "retryAfterSeconds": 10,
+    "approvalRetryAfterSeconds": None,
     "onFailure": "Block",
     "deadlineSeconds": None,
     "onDeadline": "Block",

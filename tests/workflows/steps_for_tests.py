@@ -3,15 +3,19 @@
 `record` stands for any step with an external side effect: it creates a record named
 after its run and step in Redis (the "external system") only if none exists, counts how
 often its code ran, and can hold until a file appears (so a test can kill it mid-step).
+`tx_probe` reports what its code sees of the engine's database connection (invariant 8).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
+import psycopg
 import redis
 from django.conf import settings
+from django.db import connection
 
 from workflows import errors
 from workflows.steps import registry
@@ -101,3 +105,47 @@ def count_poll(ctx: registry.StepContext) -> registry.Outcome:
     if ctx.params["end"] == "fail":
         raise errors.PermanentError("the condition failed")
     return registry.Done({"polls": polls})
+
+
+@registry.step_type("tx_probe", params={"seconds": registry.Param((int, float), default=0)})
+def tx_probe(ctx: registry.StepContext) -> registry.Outcome:
+    """Reports what a step's code sees of the engine's database connection while it runs.
+
+    Invariant 8: no transaction open, no row lock held. Django's own view of the
+    connection (`in_atomic_block`), and PostgreSQL's: the engine connection's backend as
+    another connection sees it in pg_stat_activity (`idle`, with no transaction start,
+    rather than `idle in transaction`), and the locks that backend holds on hooksvc's tables.
+    """
+    engine_conn = connection.connection  # the raw psycopg connection, None before any query
+    pid = engine_conn.info.backend_pid if engine_conn is not None else None
+    report: dict[str, object] = {"in_atomic_block": connection.in_atomic_block, "pid": pid}
+    params = connection.get_connection_params()
+    with psycopg.connect(
+        dbname=params["dbname"], host=params["host"], port=params["port"], user=params["user"]
+    ) as observer:
+        row = observer.execute(
+            "SELECT state, xact_start IS NOT NULL FROM pg_stat_activity WHERE pid = %s", [pid]
+        ).fetchone()
+        # A row lock (FOR UPDATE, an UPDATE) comes with a lock on its table until the
+        # transaction ends: none may be held on hooksvc's tables.
+        locks = observer.execute(
+            "SELECT count(*) FROM pg_locks AS l JOIN pg_class AS c ON c.oid = l.relation"
+            " WHERE l.pid = %s AND c.relname LIKE 'workflows_%%'",
+            [pid],
+        ).fetchone()
+    report["state"], report["in_transaction"] = row if row else (None, None)
+    report["table_locks"] = locks[0] if locks else None
+    client().rpush(f"{PREFIX}:tx_probe:{ctx.run_id}", json.dumps(report))
+    time.sleep(float(ctx.params["seconds"]))
+    return registry.Done(report)
+
+
+def _tracked_cleanup(ctx: registry.StepContext) -> None:
+    client().incr(f"{PREFIX}:cleaned:{ctx.object_name()}")
+
+
+@registry.step_type("tracked", cleanup=_tracked_cleanup)
+def tracked(ctx: registry.StepContext) -> registry.Outcome:
+    """Counts its calls; its cleanup counts too (a stand-in for a step that makes objects)."""
+    client().incr(f"{PREFIX}:calls:{ctx.object_name()}")
+    return registry.Done({"tracked": True})

@@ -6,9 +6,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from tests.support import workflows as wf
-from workflows.models import Run, RunEvent, StepRun
+from workflows.models import HookCall, Run, RunEvent, StepRun
 
 pytestmark = pytest.mark.django_db
 
@@ -77,14 +78,6 @@ def test_the_run_list_costs_the_same_queries_for_a_thousand_runs(
     assert "0 of 1 steps" in response.content.decode()
 
 
-def test_a_runs_page_shows_its_timeline_history_and_actions(admin_client: Client) -> None:
-    run = make_run()
-    page = admin_client.get(reverse("admin:workflows_run_change", args=[run.pk])).content.decode()
-    assert "Steps (timeline)" in page and "History" in page
-    assert reverse("admin:workflows_run_step_action", args=[run.pk, "approve", "approve"]) in page
-    assert reverse("admin:workflows_run_action", args=[run.pk, "cancel"]) in page
-
-
 def test_approving_from_the_admin_asks_for_a_reason_and_records_who(admin_client: Client) -> None:
     run = make_run()
     url = reverse("admin:workflows_run_step_action", args=[run.pk, "approve", "approve"])
@@ -131,3 +124,65 @@ def test_the_admin_is_for_staff_only(client: Client) -> None:
     client.force_login(User.objects.create_user("someone", password="y-" * 8))
     response = client.get(reverse("admin:workflows_run_changelist"))
     assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_the_run_list_filters_by_the_honest_state(admin_client: Client) -> None:
+    make_run("waits")
+    failed = make_run("broke", state="failed", steps=(("a", "noop", "failed"),))
+    make_run("broke-too", state="failed", steps=(("a", "noop", "failed"),))
+    Run.objects.filter(pk=failed.pk).update(released=True)
+    url = reverse("admin:workflows_run_changelist")
+    waiting = admin_client.get(url + "?state=awaiting_approval").content.decode()
+    assert "fleet/waits" in waiting and "fleet/broke" not in waiting
+    released = admin_client.get(url + "?state=released").content.decode()
+    assert "fleet/broke<" in released and "fleet/broke-too" not in released
+    assert 'nowrap">released</span>' in released and 'nowrap">failed</span>' not in released
+    assert "waiting for approval" in admin_client.get(url).content.decode()
+
+
+def test_the_hook_call_page_shows_its_time_and_links_to_the_runs_it_answered(
+    admin_client: Client, django_assert_max_num_queries: object
+) -> None:
+    run = make_run()
+    other = make_run("c1-notify", state="succeeded")
+    # The same cluster and moment, another template.
+    Run.objects.filter(pk=other.pk).update(
+        template_name="notify", cluster_key=run.cluster_key, cluster_name="c1"
+    )
+    call = HookCall.objects.create(
+        hook=run.hook,
+        handler="before-upgrade",
+        cluster_key=run.cluster_key,
+        cluster_namespace="fleet",
+        cluster_name="c1",
+        moment=run.moment,
+        status="Success",
+        retry_after=10,
+        message=run.message,
+        latency_ms=2.0,
+    )
+    HookCall.objects.create(
+        hook=run.hook,
+        handler="before-upgrade",
+        cluster_key="uid-nobody",
+        cluster_namespace="fleet",
+        cluster_name="nobody",
+        moment="",
+        status="Success",
+        retry_after=0,
+        message="",
+        latency_ms=1.0,
+    )
+    with django_assert_max_num_queries(6):  # type: ignore[operator]
+        listing = admin_client.get(reverse("admin:workflows_hookcall_changelist")).content.decode()
+    second = timezone.localtime(call.at).strftime("%Y-%m-%d %H:%M:%S")
+    assert second in listing
+    assert f'<a href="{reverse("admin:workflows_run_change", args=[run.pk])}">run {run.pk}</a>' in (
+        listing
+    )
+    assert "+1 more" in listing
+    detail = admin_client.get(
+        reverse("admin:workflows_hookcall_change", args=[call.pk])
+    ).content.decode()
+    assert second in detail
+    assert f"run {run.pk} (gate)" in detail and f"run {other.pk} (notify)" in detail

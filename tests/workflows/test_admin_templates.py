@@ -2,7 +2,7 @@
 
 Covers: the change form shows the document (kind, metadata.name, spec with its defaults);
 saving it unchanged keeps the generation, a change bumps it; invalid documents show the
-messages `workflows.spec.parse` gives and change nothing; adding; renaming is refused.
+messages `workflows.definitions.spec.parse` gives and change nothing; adding; renaming is refused.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.support import workflows as wf
-from workflows import spec
-from workflows.admin import template_document
+from workflows.definitions import spec
 from workflows.models import WorkflowTemplate
+from workflows.operators.admin.documents import template_document
 
 pytestmark = pytest.mark.django_db
 

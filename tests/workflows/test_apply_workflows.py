@@ -17,6 +17,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from tests.workflows import documents
+from workflows.definitions import apply as writes
+from workflows.definitions import spec
 from workflows.models import Run, WorkflowTemplate
 
 pytestmark = pytest.mark.django_db
@@ -162,3 +164,60 @@ def test_the_example_file_applies(tmp_path: Path) -> None:
     assert apply(ROOT / "examples" / "workflows.yaml") == [
         line.replace("created", "unchanged") for line in lines
     ]
+
+
+# --- template_upsert: the one writer of templates (apply_workflows, admin, profiles) ------
+
+
+def test_an_upsert_of_the_same_spec_writes_nothing_and_a_change_bumps_the_generation() -> None:
+    [doc] = spec.parse(documents.dump(documents.template("a")))
+    assert writes.template_upsert(name="a", spec_=doc.spec) is writes.Outcome.CREATED
+    before = WorkflowTemplate.objects.values_list("generation", "updated_at").get()
+    assert writes.template_upsert(name="a", spec_=doc.spec) is writes.Outcome.UNCHANGED
+    assert WorkflowTemplate.objects.values_list("generation", "updated_at").get() == before
+    changed = {**doc.spec, "concurrency": 2}
+    assert writes.template_upsert(name="a", spec_=changed, dry_run=True) is writes.Outcome.UPDATED
+    assert generations() == {"a": 1}
+    assert writes.template_upsert(name="a", spec_=changed) is writes.Outcome.UPDATED
+    assert generations() == {"a": 2}
+
+
+@pytest.mark.parametrize(
+    ("holder", "origin"),
+    [
+        (writes.OPERATOR, "was made with apply_workflows or the admin"),
+        (spec.RESOURCE, "comes from the Kubernetes resource workflowtemplates.hooks.hooksvc.io/a"),
+        ("addonprofile:edge", "is generated from the AddonProfile 'edge'"),
+    ],
+)
+def test_a_template_name_belongs_to_one_source(holder: str, origin: str) -> None:
+    [doc] = spec.parse(documents.dump(documents.template("a")))
+    writes.template_upsert(name="a", spec_=doc.spec, source=holder)
+    for other in {writes.OPERATOR, spec.RESOURCE, "addonprofile:edge"} - {holder}:
+        with pytest.raises(writes.SourceConflict) as caught:
+            writes.template_upsert(name="a", spec_={**doc.spec, "concurrency": 2}, source=other)
+        assert str(caught.value) == f"the WorkflowTemplate 'a' {origin}"
+    assert WorkflowTemplate.objects.values_list("managed_by", "generation").get() == (holder, 1)
+
+
+def test_apply_refuses_and_prune_keeps_a_template_that_comes_from_a_resource(
+    tmp_path: Path,
+) -> None:
+    [doc] = spec.parse(documents.dump(documents.template("from-git")))
+    writes.template_upsert(name="from-git", spec_=doc.spec, source=spec.RESOURCE)
+    path = write(tmp_path, documents.template("from-git", concurrency=1))
+    for options in ((), ("--dry-run",)):
+        with pytest.raises(CommandError) as caught:
+            apply(path, *options)
+        assert str(caught.value) == (
+            f"{path}: document 1 (from-git): metadata.name: the WorkflowTemplate 'from-git' "
+            "comes from the Kubernetes resource workflowtemplates.hooks.hooksvc.io/from-git; "
+            "rename one of them"
+        )
+    assert apply(write(tmp_path, documents.template("mine")), "--prune") == [
+        "workflowtemplate/mine created"
+    ]
+    assert dict(WorkflowTemplate.objects.values_list("name", "managed_by")) == {
+        "from-git": "resource",
+        "mine": "",
+    }

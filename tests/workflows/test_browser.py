@@ -1,26 +1,31 @@
 """The admin in a real browser: Playwright drives Debian's Chromium against the real servers.
 
-An operator logs in, finds a run waiting for approval in the run list (with its progress
-bar), opens its timeline, approves the step with a reason, and sees the run succeed once
-the real worker has run the rest. Screenshots of the list and of the run's page are kept
-under test-output/<test name>/.
+CAPI-shaped hook calls start the runs through the real hook server and a real worker runs
+them. An operator lands on the fleet, approves twenty clusters at once from it, reads a run's
+page (which refreshes itself while the run is active), approves one run from its page and
+sees it succeed without reloading. Screenshots at 1280 and 1920 px wide are kept under
+test-output/<test name>/.
 """
 
 from __future__ import annotations
 
+import datetime
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import User
-from playwright.sync_api import Page, expect, sync_playwright
+from django.db import connections
+from django.utils import timezone
+from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
 from tests.support import capi, servers
 from tests.support import workflows as wf
 from tests.support.worker import Worker
 from tests.workflows.test_worker import wait_for
-from workflows.models import Run, RunEvent
+from workflows.models import Run, RunEvent, StepRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -38,50 +43,19 @@ CHROMIUM_ARGS = [
 ]
 HOOK = "BeforeClusterUpgrade"
 PASSWORD = "browser-test-password-1"
-#: The run's own state on its page (the steps' badges are in the timeline's table cells).
-RUN_BADGE = "div.form-row.field-state_badge .hooksvc-badge"
+ASKS = "Upgrade window CHG-1234 open? Check the change calendar first."
+WIDTHS = (1280, 1920)
 
 
-def reload_until_badge(page: Page, text: str, timeout: float = 60) -> None:
-    """The worker finishes the run in the background: reload as an operator would."""
-    badge = page.locator(RUN_BADGE)
-    deadline = time.monotonic() + timeout
-    while badge.inner_text() != text:
-        assert time.monotonic() < deadline, f"run still {badge.inner_text()!r} after {timeout} s"
-        time.sleep(0.5)
-        page.reload()
-
-
-def test_an_operator_approves_a_waiting_run_in_the_browser_and_sees_it_succeed(
-    hook_server: servers.HookServer, worker: Worker, output_dir: Path, tmp_path: Path
-) -> None:
+@pytest.fixture
+def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[BrowserContext]:
     if not CHROMIUM.exists():
         pytest.skip(
             "Debian's Chromium is missing: apt-get install --no-install-recommends chromium"
         )
-    operator = User.objects.create_superuser("operator")
-    # The server runs hooksvc's settings, whose hashers do not include the tests' fast MD5.
-    hasher = PBKDF2PasswordHasher()
-    operator.password = hasher.encode(PASSWORD, hasher.salt())
-    operator.save()
-    wf.template(
-        "gate",
-        retryAfterSeconds=1,
-        steps=[
-            {"name": "approve", "type": "approval", "with": {"message": "ship it?"}},
-            {"name": "after", "type": "noop", "dependsOn": ["approve"]},
-        ],
-    )
-    cluster = capi.cluster_v1beta2(name="browser-1", namespace="fleet", uid="uid-browser-1")
-    status, answer = hook_server.post(capi.hook_path(HOOK), capi.hook_request(HOOK, cluster))
-    assert (status, answer["retryAfterSeconds"]) == (200, 1), answer
-    run = Run.objects.get()
-    wait_for(
-        lambda: run.steps.filter(name="approve", state="waiting").exists(),
-        what="the approval step waiting",
-    )
-    base = f"https://localhost:{hook_server.port}"
-
+    # Playwright's sync API keeps an event loop in this thread, which Django takes for async
+    # code calling the ORM; the loop is Playwright's own and never runs Django code.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as playwright:
         # A fresh profile every run; the test CA is not in it, so the certificate is ignored.
         context = playwright.chromium.launch_persistent_context(
@@ -90,39 +64,222 @@ def test_an_operator_approves_a_waiting_run_in_the_browser_and_sees_it_succeed(
             args=CHROMIUM_ARGS,
             headless=True,
             ignore_https_errors=True,
-            viewport={"width": 1800, "height": 900},
+            viewport={"width": 1280, "height": 900},
         )
         try:
-            page = context.new_page()
-            page.set_default_timeout(30_000)
-            page.goto(f"{base}/admin/login/?next=/admin/workflows/run/")
-            page.fill("#id_username", "operator")
-            page.fill("#id_password", PASSWORD)
-            page.click("input[type=submit]")
-
-            row = page.locator("#result_list tbody tr").filter(has_text="fleet/browser-1")
-            expect(row.locator(".hooksvc-progress")).to_be_visible()
-            expect(row).to_contain_text("0 of 2 steps")
-            expect(row).to_contain_text("waiting for approval")
-            page.screenshot(path=str(output_dir / "run-list.png"), full_page=True)
-
-            row.get_by_role("link", name="fleet/browser-1").click()
-            expect(page.locator(RUN_BADGE)).to_have_text("waiting for approval")
-            timeline = page.locator(".inline-group").filter(has_text="Steps (timeline)")
-            expect(timeline).to_contain_text("approve")
-            expect(timeline).to_contain_text("after")
-            page.screenshot(path=str(output_dir / "run-page.png"), full_page=True)
-
-            timeline.get_by_role("link", name="Approve").click()
-            page.fill("#id_reason", "change window open")
-            page.click("#confirm-action")
-            expect(page.locator(".messagelist")).to_contain_text("recorded as admin:operator")
-
-            reload_until_badge(page, "succeeded")
-            expect(timeline).to_contain_text("succeeded")
-            page.screenshot(path=str(output_dir / "run-succeeded.png"), full_page=True)
+            yield context
         finally:
+            # The test's ORM calls while Playwright's loop runs get connections of their own
+            # (asgiref's context-local storage): close them, or the test database stays busy.
+            connections.close_all()
             context.close()
+
+
+def operator_page(context: BrowserContext, base: str) -> Page:
+    operator = User.objects.create_superuser("operator")
+    # The server runs hooksvc's settings, whose hashers do not include the tests' fast MD5.
+    hasher = PBKDF2PasswordHasher()
+    operator.password = hasher.encode(PASSWORD, hasher.salt())
+    operator.save()
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(f"{base}/admin/login/?next=/admin/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    return page
+
+
+def shoot(page: Page, directory: Path, name: str) -> None:
+    """The page at each width the issue names, full length."""
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        page.screenshot(path=str(directory / f"{name}-{width}.png"), full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+
+def start_runs(hook_server: servers.HookServer, namespace: str, count: int) -> list[Run]:
+    for i in range(1, count + 1):
+        cluster = capi.cluster_v1beta2(
+            name=f"prod-{i:02d}",
+            namespace=namespace,
+            uid=f"uid-{namespace}-{i:02d}",
+            labels={"env": "prod"},
+        )
+        status, answer = hook_server.post(capi.hook_path(HOOK), capi.hook_request(HOOK, cluster))
+        assert (status, answer["retryAfterSeconds"]) == (200, 1), answer
+    wait_for(
+        lambda: StepRun.objects.filter(name="approve", state="waiting").count() >= count,
+        what=f"{count} approval steps waiting",
+    )
+    return list(Run.objects.filter(cluster_namespace=namespace))
+
+
+def gate_template() -> None:
+    wf.template(
+        "upgrade-gate",
+        retryAfterSeconds=1,
+        steps=[
+            {"name": "approve", "type": "approval", "with": {"message": ASKS}},
+            {"name": "after", "type": "noop", "dependsOn": ["approve"]},
+        ],
+    )
+
+
+def neighbours() -> None:
+    """What a real fleet also shows: a run that failed, and one an operator released."""
+    now = timezone.now()
+    created = Run.objects.create(
+        template_name="install-cni",
+        template_generation=1,
+        spec=wf.spec("AfterControlPlaneInitialized"),
+        hook="AfterControlPlaneInitialized",
+        cluster_key="uid-edge-7",
+        cluster_namespace="edge",
+        cluster_name="edge-7",
+        state="succeeded",
+        started_at=now - datetime.timedelta(hours=3),
+        finished_at=now - datetime.timedelta(hours=3) + datetime.timedelta(seconds=134),
+    )
+    Run.objects.filter(pk=created.pk).update(created_at=created.started_at)
+    StepRun.objects.create(
+        run=created,
+        name="cni",
+        position=0,
+        type="addon_install",
+        state="succeeded",
+        started_at=created.started_at,
+        finished_at=created.finished_at,
+    )
+    for name, released in (("edge-7", False), ("edge-9", True)):
+        run = Run.objects.create(
+            template_name="backup-before-upgrade",
+            template_generation=3,
+            spec=wf.spec(),
+            hook=HOOK,
+            cluster_key=f"uid-{name}",
+            cluster_namespace="edge",
+            cluster_name=name,
+            moment="v1.32.4->v1.33.1",
+            state="failed",
+            released=released,
+            message="workflow backup-before-upgrade failed at step backup; "
+            "retry it with `manage.py workflows retry RUN_ID --reason REASON`",
+            finished_at=now,
+            deadline_at=now - datetime.timedelta(minutes=5),
+        )
+        Run.objects.filter(pk=run.pk).update(created_at=now - datetime.timedelta(minutes=47))
+        StepRun.objects.create(
+            run=run,
+            name="backup",
+            position=0,
+            type="backup_pvs",
+            state="failed",
+            retries=3,
+            failures=4,
+            message="Velero Backup ended Failed: 2 of 9 volumes not snapshotted",
+        )
+
+
+def test_an_operator_approves_twenty_clusters_from_the_fleet(
+    hook_server: servers.HookServer,
+    worker: Worker,
+    browser: BrowserContext,
+    output_dir: Path,
+) -> None:
+    gate_template()
+    runs = start_runs(hook_server, "fleet", 20)
+    neighbours()
+    page = operator_page(browser, f"https://localhost:{hook_server.port}")
+
+    # The fleet: counts on top, one row per cluster, the approval's own text as the why.
+    expect(page.locator("#site-name")).to_have_text("hooksvc")
+    expect(page.get_by_text("View site")).to_have_count(0)
+    counts = page.locator("#fleet-counts")
+    expect(counts.locator('[data-state="awaiting_approval"] strong')).to_have_text("20")
+    expect(counts.locator('[data-state="failed"] strong')).to_have_text("1")
+    expect(counts.locator('[data-state="released"] strong')).to_have_text("1")
+    rows = page.locator("#fleet tbody tr.hk-row")
+    expect(rows).to_have_count(22)
+    expect(rows.first).to_contain_text("edge/edge-")  # held longest comes first
+    expect(rows.filter(has_text="fleet/prod-07")).to_contain_text(ASKS)
+    expect(rows.filter(has_text="edge/edge-9")).to_contain_text("released")
+    shoot(page, output_dir, "fleet")
+
+    # Narrow to the twenty, tick them all, approve with one reason.
+    page.select_option("#fleet-filters select[name=state]", "awaiting_approval")
+    page.click("#fleet-filters input[type=submit]")
+    expect(rows).to_have_count(20)
+    page.check("#select-all")
+    page.select_option("#bulk-action", "approve")
+    page.click("#bulk-review")
+    expect(page.locator("h1")).to_have_text("Approve: 20 runs")
+    expect(page.locator("#bulk-runs tbody tr")).to_have_count(20)
+    expect(page.locator("#bulk-runs")).to_contain_text(ASKS)
+    shoot(page, output_dir, "bulk-confirm")
+    page.fill("#id_reason", "CAB-1234 approved the window")
+    page.click("#confirm-bulk")
+    expect(page.locator("h1")).to_have_text("Approve: 20 of 20 done")
+    expect(page.locator('#bulk-outcomes tr[data-ok="yes"]')).to_have_count(20)
+    shoot(page, output_dir, "bulk-done")
+
+    wait_for(
+        lambda: Run.objects.filter(pk__in=[r.pk for r in runs], state="succeeded").count() == 20,
+        what="the twenty runs succeeded",
+    )
+    events = RunEvent.objects.filter(kind="action", name="approve")
+    assert events.count() == 20
+    assert {(e.actor, e.reason) for e in events} == {
+        ("admin:operator", "CAB-1234 approved the window")
+    }
+
+    # The fleet now shows only what still needs a person; the cluster's page its life.
+    page.goto(page.url.split("/admin/")[0] + "/admin/")
+    expect(counts.locator('[data-state="awaiting_approval"] strong')).to_have_text("0")
+    expect(rows).to_have_count(2)
+    page.get_by_role("link", name="All runs").click()
+    expect(page.locator("#result_list")).to_contain_text("released")
+    shoot(page, output_dir, "all-runs")
+    page.go_back()
+    page.locator("#fleet a", has_text="edge/edge-7").click()
+    expect(page.locator("h1")).to_have_text("Cluster edge/edge-7")
+    shoot(page, output_dir, "cluster")
+    page.locator("#cluster-timeline a", has_text=HOOK).click()
+    expect(page.locator("#run-state")).to_have_text("failed")
+    expect(page.locator('tr[data-step="backup"]')).to_contain_text("2 of 9 volumes")
+    shoot(page, output_dir, "run-failed")
+
+
+def test_a_run_page_refreshes_itself_until_the_approved_run_succeeds(
+    hook_server: servers.HookServer,
+    worker: Worker,
+    browser: BrowserContext,
+    output_dir: Path,
+) -> None:
+    gate_template()
+    (run,) = start_runs(hook_server, "fleet", 1)
+    page = operator_page(browser, f"https://localhost:{hook_server.port}")
+    page.locator("#fleet a", has_text="run ").first.click()
+    expect(page.locator("#run-state")).to_have_text("waiting for approval")
+    approve = page.locator('tr[data-step="approve"]')
+    expect(approve).to_contain_text(ASKS)
+    shoot(page, output_dir, "run-waiting")
+
+    approve.get_by_role("link", name="Approve").click()
+    expect(page.locator("#approval-text")).to_contain_text(ASKS)
+    page.fill("#id_reason", "change window open")
+    page.click("#confirm-action")
+    expect(page.locator(".messagelist")).to_contain_text("recorded as admin:operator")
+
+    # No reload: the live part of the page swaps itself in until the run is done.
+    loaded = page.evaluate("performance.getEntriesByType('navigation')[0].startTime")
+    started = time.monotonic()
+    expect(page.locator("#run-state")).to_have_text("succeeded", timeout=60_000)
+    assert page.evaluate("performance.getEntriesByType('navigation')[0].startTime") == loaded
+    assert time.monotonic() - started < 60
+    expect(page.locator('tr[data-step="after"]')).to_contain_text("succeeded")
+    expect(page.locator("#run-live")).not_to_have_attribute("hx-trigger", "every 3s")
+    shoot(page, output_dir, "run-succeeded")
 
     run.refresh_from_db()
     assert run.state == "succeeded"

@@ -1,6 +1,6 @@
 """`manage.py workflows`: list and show (table and -o json), and each operator action.
 
-Actions go through workflows.actions: each test checks the state it leaves and the
+Actions go through workflows.operators.actions: each test checks the state it leaves and the
 RunEvent that records who did it and why; an action that does not apply exits 1.
 """
 

@@ -25,8 +25,10 @@ from django.utils import timezone
 from tests.support import capi, servers
 from tests.support import workflows as wf
 from tests.workflows import steps_for_tests  # noqa: F401  (registers count_poll)
-from workflows import actions, engine, polls
+from workflows.engine import attempts, clock, polls, reconciler, scheduling
+from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, RunEvent, StepRun, WorkflowTemplate
+from workflows.operators import actions
 from workflows.steps import registry
 
 pytestmark = pytest.mark.django_db
@@ -35,7 +37,7 @@ pytestmark = pytest.mark.django_db
 def _run(template: WorkflowTemplate | str, steps: list[dict[str, Any]], cluster: str = "c1") -> Run:
     tmpl = wf.template(template, steps=steps) if isinstance(template, str) else template
     call = wf.call(cluster=capi.cluster_v1beta2(name=cluster, uid=f"uid-{cluster}"))
-    [run] = engine.runs_ensure(templates=[tmpl], call=call)
+    [run] = hook_runs.runs_ensure(templates=[tmpl], call=call)
     return run
 
 
@@ -53,6 +55,11 @@ def _later(now: list[datetime.datetime], seconds: float) -> None:
     now[0] = now[0] + datetime.timedelta(seconds=seconds)
 
 
+def _writes(statement: str) -> bool:
+    """A statement that changes rows (the engine's are UPDATEs, some behind a WITH)."""
+    return any(word in statement for word in ("UPDATE ", "INSERT ", "DELETE "))
+
+
 @pytest.mark.parametrize(("seconds", "countdown"), [(3600, False), (2, True)])
 def test_a_long_wait_gets_no_countdown_message_and_a_short_one_does(
     sent: list[tuple[str, Any]],
@@ -62,7 +69,7 @@ def test_a_long_wait_gets_no_countdown_message_and_a_short_one_does(
 ) -> None:
     run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": seconds}}])
     with django_capture_on_commit_callbacks(execute=True):
-        engine.advance(run.pk)
+        scheduling.advance(run.pk)
     step = StepRun.objects.get(run=run)
     assert step.state == "waiting"
     assert (("run_step_later", (step.pk,)) in sent) is countdown
@@ -74,34 +81,36 @@ def test_the_claim_takes_at_most_n_due_waiting_steps_most_overdue_first(
     template = wf.template("poller", steps=_poller())
     runs = [_run(template, [], f"c{i}") for i in range(7)]
     for i, run in enumerate(runs):
-        engine.advance(run.pk)
+        scheduling.advance(run.pk)
         # c0 is the most overdue, c6 the least; all are due an hour from now.
         StepRun.objects.filter(run=run).update(due_at=now[0] + datetime.timedelta(seconds=i))
     not_due = _run(template, [], "later")
-    engine.advance(not_due.pk)
+    scheduling.advance(not_due.pk)
     ready = _run(template, [], "ready")
-    engine.advance(ready.pk)
+    scheduling.advance(ready.pk)
     StepRun.objects.filter(run=ready).update(state="ready", due_at=now[0])
     cancelled = _run(template, [], "cancelled")
-    engine.advance(cancelled.pk)
+    scheduling.advance(cancelled.pk)
     Run.objects.filter(pk=cancelled.pk).update(state="cancelled")
     StepRun.objects.filter(run=cancelled).update(due_at=now[0])
     StepRun.objects.filter(run=not_due).update(due_at=now[0] + datetime.timedelta(hours=2))
     _later(now, 3600)
-    lease = now[0] + datetime.timedelta(seconds=60)
 
-    first = polls.claim(now=now[0], lease=lease, limit=3)
-    second = polls.claim(now=now[0], lease=lease, limit=3)
-    third = polls.claim(now=now[0], lease=lease, limit=3)
+    first = attempts.claim(limit=3, lease_seconds=60)
+    second = attempts.claim(limit=3, lease_seconds=60)
+    third = attempts.claim(limit=3, lease_seconds=60)
 
-    def clusters(steps: list[StepRun]) -> list[str]:
-        return sorted(s.run.cluster_name for s in steps)
+    def clusters(claimed: list[attempts.Attempt]) -> list[str]:
+        return sorted(a.run.cluster_name for a in claimed)
 
     assert clusters(first) == ["c0", "c1", "c2"]
     assert clusters(second) == ["c3", "c4", "c5"]
     assert clusters(third) == ["c6"]
-    assert polls.claim(now=now[0], lease=lease, limit=3) == []
-    leased = StepRun.objects.filter(due_at=lease).values_list("run__cluster_name", flat=True)
+    assert attempts.claim(limit=3, lease_seconds=60) == []
+    lease = now[0] + datetime.timedelta(seconds=60)
+    leased = StepRun.objects.filter(lease_expires_at=lease).values_list(
+        "run__cluster_name", flat=True
+    )
     assert sorted(leased) == [f"c{i}" for i in range(7)]
     assert first[0].run.context["cluster"]["name"] == first[0].run.cluster_name
 
@@ -111,7 +120,7 @@ def test_a_full_batch_asks_for_the_next_one_at_once(
 ) -> None:
     template = wf.template("poller", steps=_poller())
     for i in range(3):
-        engine.advance(_run(template, [], f"c{i}").pk)
+        scheduling.advance(_run(template, [], f"c{i}").pk)
     _later(now, 61)
     assert polls.poll_due(limit=2) == polls.BatchReport(claimed=2, polled=2, finished=0)
     assert sent.count(("poll_due", None)) == 1
@@ -125,7 +134,7 @@ def test_a_batch_writes_its_polls_in_one_statement_and_leaves_runs_alone(
     template = wf.template("poller", steps=_poller(polls_=5))
     runs = [_run(template, [], f"c{i}") for i in range(4)]
     for run in runs:
-        engine.advance(run.pk)
+        scheduling.advance(run.pk)
     before = {r["id"]: r for r in Run.objects.values()}
     events = RunEvent.objects.count()
     _later(now, 61)
@@ -134,7 +143,7 @@ def test_a_batch_writes_its_polls_in_one_statement_and_leaves_runs_alone(
         report = polls.poll_due()
 
     assert report == polls.BatchReport(claimed=4, polled=4, finished=0)
-    writes = [q["sql"] for q in queries if q["sql"].lstrip().startswith(("UPDATE", "INSERT"))]
+    writes = [q["sql"] for q in queries if _writes(q["sql"])]
     assert len(writes) == 2, writes  # the claim and the write-back
     assert {r["id"]: r for r in Run.objects.values()} == before, "a poll leaves the run alone"
     assert RunEvent.objects.count() == events
@@ -153,7 +162,7 @@ def test_a_batch_poll_that_ends_the_step_finishes_its_run(
     state: str,
 ) -> None:
     run = _run("poller", _poller(polls_=2, end=end))
-    engine.advance(run.pk)
+    scheduling.advance(run.pk)
     _later(now, 61)
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -174,7 +183,7 @@ def test_a_step_past_its_timeout_fails_in_the_batch(
 ) -> None:
     steps = [{**_poller(polls_=10)[0], "timeoutSeconds": 100, "retries": 3}]
     run = _run("poller", steps)
-    engine.advance(run.pk)
+    scheduling.advance(run.pk)
     _later(now, 61)
     polls.poll_due()
     _later(now, 61)
@@ -194,17 +203,22 @@ def test_an_approval_while_its_step_is_leased_is_not_overwritten(
     sent: list[tuple[str, Any]], now: list[datetime.datetime]
 ) -> None:
     run = _run("gate", [{"name": "approve", "type": "approval"}])
-    engine.advance(run.pk)
+    scheduling.advance(run.pk)
     _later(now, 301)
-    lease = now[0] + datetime.timedelta(seconds=60)
-    [step] = polls.claim(now=now[0], lease=lease, limit=10)
+    [attempt] = attempts.claim(limit=10, lease_seconds=60)
     # The approval lands while the batch polls the step (its function saw no approval yet).
     actions.step_approve(run_id=run.pk, step_name="approve", actor="ops:ann", reason="ok")
-    stale = polls._poll_write(step, {}, registry.Poll(after=300, message="old"), now[0])
+    stale = attempts.Result(
+        attempt=attempt,
+        outcome=registry.Poll(after=300, message="old"),
+        memo={},
+        at=now[0],
+        started=now[0],
+    )
 
-    polls._write_back([stale], lease=lease)
+    assert attempts.record([stale]).decisions == [None], "the stale poll is dropped"
 
-    approved = StepRun.objects.get(pk=step.pk)
+    approved = StepRun.objects.get(pk=attempt.step.pk)
     assert approved.memo["approved_by"] == "ops:ann"
     assert approved.message != "old"
 
@@ -213,10 +227,10 @@ def test_the_reconciler_leaves_due_waiting_steps_to_the_batch_poller(
     sent: list[tuple[str, Any]], now: list[datetime.datetime]
 ) -> None:
     run = _run("poller", _poller(every=2, polls_=2))
-    engine.advance(run.pk)  # a short wait: its countdown is never delivered here
+    scheduling.advance(run.pk)  # a short wait: its countdown is never delivered here
     _later(now, 3600)
 
-    assert engine.reconcile() == engine.ReconcileReport(runs=0, steps=0)
+    assert reconciler.reconcile() == reconciler.ReconcileReport(runs=0, steps=0)
     assert polls.poll_due().finished == 1
     assert Run.objects.get(pk=run.pk).state == "succeeded"
 
@@ -254,12 +268,12 @@ def test_a_batch_past_half_its_lease_hands_back_the_steps_it_has_not_polled(
     template = wf.template("poller", steps=_poller())
     runs = [_run(template, [], f"c{i}") for i in range(2)]
     for run in runs:
-        engine.advance(run.pk)
+        scheduling.advance(run.pk)
     start = timezone.now() + datetime.timedelta(seconds=61)
     # The claim, then the first poll, then the second step's turn: 40 s into a 60 s lease.
     times = iter([start, start + datetime.timedelta(seconds=1)])
     late = start + datetime.timedelta(seconds=40)
-    monkeypatch.setattr(engine, "clock", lambda: next(times, late))
+    monkeypatch.setattr(clock, "now", lambda: next(times, late))
 
     assert polls.poll_due() == polls.BatchReport(claimed=2, polled=1, finished=0)
 

@@ -19,8 +19,10 @@ from django.test import Client
 from tests.support import capi
 from tests.support import workflows as wf
 from tests.workflows.conftest import Receiver
-from workflows import engine, errors, redaction
+from workflows import errors
+from workflows.engine import scheduling
 from workflows.models import HookCall, Run, RunEvent, StepRun
+from workflows.operators import redaction
 from workflows.steps import registry
 
 AUTHORIZATION = "Bearer ghp_9aQ7xT2mZ4kL8vB1nC6dF3hJ5sR0wY7uE2iO"
@@ -60,7 +62,7 @@ def test_credentials_reach_the_receiver_and_nothing_else(
     path = capi.hook_path("BeforeClusterUpgrade")
     answers = [client.post(path, json.dumps(request), content_type="application/json").content]
     run = Run.objects.get()
-    engine.advance(run.pk)
+    scheduling.advance(run.pk)
     answers.append(client.post(path, json.dumps(request), content_type="application/json").content)
 
     # The credentials were used: the scan below would find them if they were kept anywhere.

@@ -1,4 +1,4 @@
-"""workflows.spec: what a valid document normalizes to, and the message of every rejection.
+"""definitions.spec: what a valid document normalizes to, and the message of every rejection.
 
 Messages name the document (1-based, with its name when it has one) and the field path
 (kubectl style, 0-based list indices), so an operator can find the typo.
@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from tests.workflows import documents
-from workflows import spec
+from workflows.definitions import spec
 
 KNOWN_HOOKS = (
     "BeforeClusterCreate, AfterControlPlaneInitialized, BeforeClusterUpgrade, "
     "BeforeControlPlaneUpgrade, AfterControlPlaneUpgrade, BeforeWorkersUpgrade, "
-    "AfterWorkersUpgrade, AfterClusterUpgrade, BeforeClusterDelete"
+    "AfterWorkersUpgrade, AfterClusterUpgrade, BeforeClusterDelete, ClusterDeleted"
 )
 
 
@@ -34,6 +34,7 @@ def test_a_valid_template_is_normalized_with_every_default() -> None:
         "clusterSelector": {"namespaces": ["prod"], "matchLabels": {"env": "prod"}},
         "settings": {},
         "retryAfterSeconds": 10,
+        "approvalRetryAfterSeconds": None,
         "onFailure": "Block",
         "deadlineSeconds": None,
         "onDeadline": "Block",
@@ -131,7 +132,7 @@ STEPS = documents.template()["spec"]["steps"]
             # The list names every registered type: the built-ins and this suite's own.
             "spec.steps[0].type: unknown step type 'no_such_step' "
             "(known: addon_install, addon_remove, approval, backup_pvs, conformance, "
-            "count_poll, http, k8s_job, noop, record, wait)",
+            "count_poll, http, k8s_job, noop, record, tracked, tx_probe, wait)",
         ),
         (
             {"steps": [{"name": "snapshot", "type": "wait"}]},
@@ -192,8 +193,8 @@ STEPS = documents.template()["spec"]["steps"]
         (
             {"clusterSelecter": {}},
             "spec.clusterSelecter: unknown field (known: hook, clusterSelector, settings, "
-            "retryAfterSeconds, onFailure, deadlineSeconds, onDeadline, concurrency, waitFor, "
-            "holdsLifecycle, steps)",
+            "retryAfterSeconds, approvalRetryAfterSeconds, onFailure, deadlineSeconds, "
+            "onDeadline, concurrency, waitFor, holdsLifecycle, steps)",
         ),
         (
             {"clusterSelector": {"namespace": ["prod"]}},
@@ -229,6 +230,24 @@ def test_a_bad_spec_is_rejected_naming_document_and_field(
     assert error_of(text) == f"document 2 (backup-before-upgrade): {message}"
 
 
+def test_a_cluster_deleted_template_holds_nothing_and_takes_no_settings() -> None:
+    """No CAPI call comes with ClusterDeleted: the Cluster is gone, no ExtensionConfig calls."""
+    [doc] = spec.parse(documents.dump(documents.template("bye", hook="ClusterDeleted")))
+    assert doc.spec["holdsLifecycle"] is False
+    assert error_of(
+        documents.dump(documents.template("bye", hook="ClusterDeleted", holdsLifecycle=True))
+    ) == (
+        "document 1 (bye): spec.holdsLifecycle: a ClusterDeleted workflow holds nothing: "
+        "the Cluster is gone"
+    )
+    assert error_of(
+        documents.dump(documents.template("bye", hook="ClusterDeleted", settings={"a": "b"}))
+    ) == (
+        "document 1 (bye): spec.settings: no ExtensionConfig calls ClusterDeleted, so settings "
+        "would never match"
+    )
+
+
 def test_a_missing_hook_is_rejected() -> None:
     document = documents.template()
     del document["spec"]["hook"]
@@ -247,11 +266,16 @@ def test_a_missing_hook_is_rejected() -> None:
         ),
         (
             {"apiVersion": "hooksvc/v1"},
-            "document 1 (x): apiVersion: must be 'hooksvc/v1alpha1', got 'hooksvc/v1'",
+            "document 1 (x): apiVersion: must be 'hooks.hooksvc.io/v1alpha1' or "
+            "'hooksvc/v1alpha1', got 'hooksvc/v1'",
         ),
         (
-            {"metadata": {"name": "x", "labels": {}}},
-            "document 1 (x): metadata.labels: unknown field (known: name)",
+            {"metadata": {"name": "x", "namespace": "default"}},
+            "document 1 (x): metadata.namespace: unknown field (known: name, labels, annotations)",
+        ),
+        (
+            {"metadata": {"name": "x", "labels": {"tier": 1}}},
+            "document 1 (x): metadata.labels.tier: must be a string (quote numbers)",
         ),
         ({"metadata": {}}, "document 1: metadata.name: is required"),
         ({"spec": None}, "document 1 (x): spec: is required"),
@@ -263,6 +287,19 @@ def test_a_missing_hook_is_rejected() -> None:
 )
 def test_a_bad_document_envelope_is_rejected(changes: dict[str, Any], message: str) -> None:
     assert error_of(documents.dump({**documents.template("x"), **changes})) == message
+
+
+def test_a_custom_resource_document_applies_as_the_same_template() -> None:
+    """A file for `kubectl apply` (the CRDs' group, labels kustomize adds) is read alike."""
+    plain = documents.template("x")
+    resource = {
+        **plain,
+        "apiVersion": "hooks.hooksvc.io/v1alpha1",
+        "metadata": {"name": "x", "labels": {"team": "platform"}, "annotations": {"a": "b"}},
+    }
+    [from_plain] = spec.parse(documents.dump(plain))
+    [from_resource] = spec.parse(documents.dump(resource))
+    assert from_resource == from_plain
 
 
 def test_a_name_longer_than_63_characters_is_rejected() -> None:

@@ -23,8 +23,8 @@ from tests.support import workflows as wf
 from tests.support.worker import Worker
 from tests.workflows.conftest import Receiver
 from tests.workflows.steps_for_tests import PREFIX
-from workflows import actions
 from workflows.models import Run, RunEvent, StepRun
+from workflows.operators import actions
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -114,7 +114,11 @@ def test_fifty_concurrent_identical_calls_make_exactly_one_run(
     with concurrent.futures.ThreadPoolExecutor(50) as pool:
         answers = list(pool.map(lambda _: call_hook(hook_server), range(50)))
     assert Run.objects.count() == 1
-    assert {(a["status"], a["retryAfterSeconds"]) for a in answers} == {("Success", 10)}
+    # 1 while the run is due to start, then the template's 10 while it waits for a person.
+    assert {(a["status"], a["retryAfterSeconds"]) for a in answers} <= {
+        ("Success", 1),
+        ("Success", 10),
+    }
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,8 @@
-"""Add-on profiles through the real worker and the emulator: install, then remove in order.
+"""Add-ons through the real worker and the emulator: install, then remove in order.
+
+An install whose custom resource needs a CRD the emulator establishes only after a delay,
+and whose apply meets a conflict once: the worker polls until the CRD is served and
+retries the conflict, and the hook proceeds once everything is applied and rolled out.
 
 A chain top -> mid -> base (top depends on mid, mid on base) with top and base
 `EnforceRemovePolicies`, mid `RemovePolicies`, and an independent `LeavePolicies` profile.
@@ -21,7 +25,10 @@ import pytest
 from tests.addons.profiles import NAMESPACE, apply, profile
 from tests.steps.conftest import CLUSTER, CLUSTER_UID, NS, put_kubeconfig_secret
 from tests.support import capi, servers
+from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
+from tests.support.kube_apps import AppsControllers
+from tests.support.kube_crds import definition
 from tests.support.worker import Worker
 from workflows.models import Run, StepRun
 
@@ -93,3 +100,92 @@ def test_profiles_install_in_order_and_removal_holds_and_runs_in_reverse_order(
         installed = StepRun.objects.get(run__template_name=f"addon-install-{name}").output
         removed = StepRun.objects.get(run__template_name=f"addon-remove-{name}").output
         assert removed == {"removed": installed["inventory"]}, name
+
+
+def test_an_install_waits_out_a_slow_crd_and_retries_a_conflict_across_attempts(
+    hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
+) -> None:
+    """apiextensions-apiserver establishing_controller.go and
+    customresource_discovery_controller.go (a CRD served only once Established, here 2 s
+    after it is created: kube_crds); kubectl rollout_status.go with kube_apps' deployment
+    controller; a 409 on server-side apply is retried by the engine."""
+    kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    put_kubeconfig_secret(kube)
+    kube.set_crd_establish_delay(2)
+    kube.add_controller(AppsControllers(ready_after=0.5))
+    kube.fail_next("PATCH", "/widgets/", 409)
+    operator = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "widget-operator", "namespace": "widgets"},
+        "spec": {"replicas": 1, "template": {"spec": {"image": "operator:1"}}},
+    }
+    widget = {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": "main", "namespace": "widgets"},
+    }
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "widgets"}}
+    manifests = [widget, operator, definition("example.com", "Widget"), namespace]
+    step = {
+        "name": "install",
+        "type": "addon_install",
+        "with": {"manifests": manifests, "pollSeconds": 1},
+    }
+    wf.template(
+        "addons-on-init", hook="AfterControlPlaneInitialized", retryAfterSeconds=1, steps=[step]
+    )
+    assert call_hook(hook_server, "AfterControlPlaneInitialized")["status"] == "Success"
+    wait_for(
+        "the install",
+        lambda: states("AfterControlPlaneInitialized") == {"addons-on-init": "succeeded"},
+        timeout=60,
+    )
+    installed = StepRun.objects.get(run__template_name="addons-on-init")
+    assert [e["kind"] for e in installed.output["inventory"]] == [
+        "CustomResourceDefinition",
+        "Namespace",
+        "Deployment",
+        "Widget",
+    ]
+    assert installed.failures == 1, "the conflict cost one attempt"
+    assert kube.get_object("example.com", "v1", "widgets", "widgets", "main") is not None
+
+
+def test_a_removal_held_by_a_finalizer_fails_at_its_timeout_naming_the_object_and_finalizer(
+    hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
+) -> None:
+    """The finalizers page of the Kubernetes documentation: an object whose finalizer nobody
+    removes stays. The worker polls the removal until just before the step's timeout, then
+    fails it with a message that names the stuck object and its finalizer, which the hook
+    answer carries to CAPI."""
+    for ns in (NS, "widgets"):
+        kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    put_kubeconfig_secret(kube)
+    kube.put_object(definition("example.com", "Widget"))
+    held = {"name": "main", "namespace": "widgets", "finalizers": ["example.com/cleanup"]}
+    kube.put_object({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": held})
+    inventory = [
+        {"apiVersion": "example.com/v1", "kind": "Widget", "namespace": "widgets", "name": "main"},
+    ]
+    step = {
+        "name": "remove",
+        "type": "addon_remove",
+        "timeoutSeconds": 8,
+        "with": {"inventory": inventory, "pollSeconds": 1},
+    }
+    wf.template("remove-addons", hook="BeforeClusterDelete", retryAfterSeconds=1, steps=[step])
+    assert call_hook(hook_server, "BeforeClusterDelete")["retryAfterSeconds"] == 1
+    wait_for(
+        "the failure",
+        lambda: states("BeforeClusterDelete") == {"remove-addons": "failed"},
+        timeout=60,
+    )
+    answer = call_hook(hook_server, "BeforeClusterDelete")
+    assert answer["retryAfterSeconds"] == 1, "onFailure Block keeps holding the deletion"
+    reason = (
+        "custom resources not gone within the step's timeout: "
+        "Widget widgets/main (finalizers: example.com/cleanup)"
+    )
+    assert f"failed at step remove: {reason}" in answer["message"]
+    assert StepRun.objects.get(run__template_name="remove-addons").message == reason

@@ -4,13 +4,18 @@ An AddonProfile installs tests/steps/charts/hello on AfterControlPlaneInitialize
 waits until the Deployment is rolled out (the test plays its controller) and records the
 release's objects; BeforeClusterDelete holds until the profile's removal has uninstalled
 the release and its objects are gone. A chart whose values the schema refuses fails its
-run, and the hook's answer says so in fixed words, without helm's output.
+run, and the hook's answer says so in fixed words, without helm's output. A helm the test
+kills with SIGKILL in the middle of an install leaves its revision pending; the attempt
+undoes it and the step's next attempt installs the release.
 
 (Named to run after test_outages.py: that module expects no worker to be running yet.)
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +121,91 @@ def test_a_chart_that_fails_is_reported_in_fixed_words(
         f"retry it with `manage.py workflows retry {run.pk} --step addons`"
     )
     assert cluster.list_objects("apps", "v1", "deployments", WEB) == []
+
+
+def _children(pid: int) -> list[int]:
+    """Every process below `pid` (its pool processes, their helm), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # The command name is in parentheses and may hold spaces: the parent pid follows it.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _helm_upgrades(pid: int) -> list[int]:
+    found = []
+    for child in _children(pid):
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"/helm") and b"upgrade" in argv:
+            found.append(child)
+    return found
+
+
+def _revisions(kube: KubeEmulator, ns: str) -> list[tuple[int, str]]:
+    labels = [
+        s["metadata"].get("labels") or {}
+        for s in kube.list_objects("", "v1", "secrets", ns)
+        if (s["metadata"].get("labels") or {}).get("owner") == "helm"
+    ]
+    return sorted((int(r["version"]), r["status"]) for r in labels)
+
+
+def test_a_helm_killed_mid_install_is_undone_and_the_next_attempt_installs(
+    hook_server: servers.HookServer, worker: Worker, cluster: KubeEmulator, tmp_path: Path
+) -> None:
+    """helm v3.17 records a release failed only on SIGINT/SIGTERM (cmd/helm/install.go's
+    signal handler, pkg/action/install.go failRelease); SIGKILL leaves the revision
+    pending-install and `upgrade --install` then fails with errPending
+    (pkg/action/upgrade.go prepareUpgrade) on every attempt. The attempt that saw its helm
+    killed uninstalls that first install, and the retry installs it."""
+    kube, ns = cluster, "web-killed"
+    # The first object's create hangs: helm is killed after it stored the pending revision.
+    kube.delay_next("POST", f"/namespaces/{ns}/configmaps$", 5)
+    started = time.monotonic()
+    release = {"release": "demo", "chart": CHART, "namespace": ns, "values": {"replicaCount": 1}}
+    step = {
+        "name": "addons",
+        "type": "addon_install",
+        "retries": 2,
+        "with": {"charts": [release], "waitForRollout": False, "pollSeconds": 1},
+    }
+    apply(
+        tmp_path,
+        documents.template("helm-killed", clusterSelector={}, retryAfterSeconds=1, steps=[step]),
+    )
+    call_hook(hook_server, "BeforeClusterUpgrade")
+    wait_for("the pending revision", lambda: _revisions(kube, ns) == [(1, "pending-install")])
+    assert worker.process is not None
+    wait_for("helm", lambda: _helm_upgrades(worker.process.pid) if worker.process else [])
+    [helm_pid] = _helm_upgrades(worker.process.pid)
+    os.kill(helm_pid, signal.SIGKILL)
+
+    def done() -> bool:
+        return call_hook(hook_server, "BeforeClusterUpgrade").get("retryAfterSeconds") == 0
+
+    wait_for("the install", done)
+    addons = StepRun.objects.get(run__template_name="helm-killed")
+    assert (addons.state, addons.failures) == ("succeeded", 1)
+    assert _revisions(kube, ns) == [(1, "deployed")], "uninstalled, then installed afresh"
+    log = worker.log()
+    assert f"action=helm_killed what=Helm release {ns}/demo" in log
+    assert f"action=helm_recovered what=Helm release {ns}/demo" in log
+    assert "recovery=uninstalled" in log
+    assert kube.get_object("apps", "v1", "deployments", ns, "demo-hello") is not None
+    # The hung create ends within this test, whatever the emulator makes of it.
+    time.sleep(max(0.0, started + 5.5 - time.monotonic()))

@@ -20,9 +20,12 @@ from tests.steps.conftest import CLUSTER, CLUSTER_UID, NS, put_kubeconfig_secret
 from tests.support import capi, servers
 from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
+from tests.support.kube_storage import SnapshotController, snapshot_class, volume
+from tests.support.kube_velero import VeleroServer
 from tests.support.worker import Worker
-from workflows import actions, engine
+from workflows.engine import clock, dispatch
 from workflows.models import Run, RunEvent
+from workflows.operators import actions
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -46,17 +49,13 @@ def wait_for(what: str, predicate: Any, timeout: float = 60) -> None:
 
 
 def backup_setup(kube: KubeEmulator, **step: Any) -> None:
-    """A workload cluster with one PVC in `shop`, and a template that snapshots it."""
+    """A workload cluster with one Bound CSI volume in `shop`, and a template that snapshots it."""
     for ns in (NS, "shop"):
         kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     put_kubeconfig_secret(kube)
-    kube.put_object(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "db", "namespace": "shop"},
-        }
-    )
+    for obj in volume("shop", "db"):
+        kube.put_object(obj)
+    kube.put_object(snapshot_class("csi", "csi.example.com", "Retain", default=True))
     snapshot = {
         "name": "snapshot",
         "type": "backup_pvs",
@@ -68,6 +67,11 @@ def backup_setup(kube: KubeEmulator, **step: Any) -> None:
 def test_a_backup_run_holds_the_hook_until_snapshots_are_ready_and_tells_the_cluster(
     hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
 ) -> None:
+    """kubernetes-csi/external-snapshotter client/apis/volumesnapshot/v1/types.go: a
+    snapshot's status.error is not final, the controller retries and clears it. The
+    emulator's SnapshotController fails twice, then succeeds; the worker keeps polling with
+    the error in the step's message and the hook held, then lets the upgrade go on."""
+    kube.add_controller(SnapshotController(failures=2, retry_seconds=1))
     backup_setup(kube)
     first = call_hook(hook_server)
     assert (first["status"], first["retryAfterSeconds"]) == ("Success", 1)
@@ -75,10 +79,13 @@ def test_a_backup_run_holds_the_hook_until_snapshots_are_ready_and_tells_the_clu
     run = Run.objects.get()
     name = f"hooksvc-{run.pk}-snapshot-db"
     assert [s["metadata"]["name"] for s in kube.list_objects(*SNAP, "shop")] == [name]
+    wait_for(
+        "the error in the step's message",
+        lambda: "the snapshot controller reports" in run.steps.get().message,
+    )
     held = call_hook(hook_server)
     assert held["retryAfterSeconds"] == 1
     assert held["message"] == "workflow backup-before-upgrade is running step snapshot"
-    kube.set_status(*SNAP, "shop", name, {"readyToUse": True})
     wait_for("the hook to proceed", lambda: call_hook(hook_server)["retryAfterSeconds"] == 0)
     run.refresh_from_db()
     assert run.state == "succeeded"
@@ -118,7 +125,7 @@ def test_an_api_server_that_fails_and_goes_down_delays_the_run_but_nothing_happe
     kube.start()
     run = Run.objects.get()
     name = f"hooksvc-{run.pk}-snapshot-db"
-    kube.set_status(*SNAP, "shop", name, {"readyToUse": True})
+    kube.add_controller(SnapshotController())  # starts after the outage, and catches up
     deadline = time.monotonic() + 90
     while answers[-1]["retryAfterSeconds"] != 0:
         assert time.monotonic() < deadline, answers[-1]
@@ -133,6 +140,43 @@ def test_an_api_server_that_fails_and_goes_down_delays_the_run_but_nothing_happe
         "one snapshot"
     )
     assert run.steps.get().failures >= 2, "the 500s and 429s were retried"
+
+
+def test_a_velero_restart_mid_backup_is_met_with_a_new_backup_and_the_hook_holds_until_it_ends(
+    hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
+) -> None:
+    """vmware-tanzu/velero pkg/cmd/server/server.go markInProgressBackupsFailed: a restarted
+    Velero marks the InProgress Backup Failed and never resumes it. The emulator's Velero
+    restarts during the first Backup; the worker starts a second one and holds the deletion
+    until it completes with its volume snapshotted."""
+    backup_setup(kube)
+    kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "velero"}})
+    kube.add_controller(VeleroServer(restarts=1, duration=2))
+    step = {
+        "name": "backup",
+        "type": "backup_pvs",
+        "with": {"backend": "velero", "namespaces": ["shop"], "pollSeconds": 1},
+    }
+    wf.template(
+        "backup-before-delete", hook="BeforeClusterDelete", retryAfterSeconds=1, steps=[step]
+    )
+
+    def call() -> dict[str, Any]:
+        cluster = capi.cluster_v1beta2(name=CLUSTER, namespace=NS, uid=CLUSTER_UID)
+        hook = "BeforeClusterDelete"
+        status, body = hook_server.post(capi.hook_path(hook), capi.hook_request(hook, cluster))
+        assert status == 200, body
+        return body
+
+    assert call()["retryAfterSeconds"] == 1
+    wait_for("the second backup", lambda: len(kube.list_objects("velero.io", "v1", "backups")) == 2)
+    assert call()["retryAfterSeconds"] == 1, "held while the second backup runs"
+    wait_for("the deletion to proceed", lambda: call()["retryAfterSeconds"] == 0)
+    run = Run.objects.get()
+    assert run.state == "succeeded"
+    output = run.steps.get().output
+    assert [a["phase"] for a in output["attempts"]] == ["Failed", "Completed"]
+    assert output["backup"]["csiVolumeSnapshotsCompleted"] == 1
 
 
 def conformance_setup(kube: KubeEmulator, **spec_fields: Any) -> None:
@@ -190,8 +234,8 @@ def test_a_run_failed_by_its_deadline_cleans_up_its_conformance_step(
     conformance_setup(kube, deadlineSeconds=3600, onDeadline="Fail")
     run, name = running_conformance(hook_server, kube)
     # The deadline passes: the worker acts on it at the run's next wake-up.
-    Run.objects.filter(pk=run.pk).update(deadline_at=engine.clock())
-    engine.wake([run.pk])
+    Run.objects.filter(pk=run.pk).update(deadline_at=clock.now())
+    dispatch.advance([run.pk])
     cleaned_up(kube, run, name)
     run.refresh_from_db()
     assert run.state == "failed"

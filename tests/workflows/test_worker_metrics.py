@@ -11,7 +11,7 @@ import pytest
 from tests.support import servers
 from tests.support import workflows as wf
 from tests.support.worker import Worker
-from workflows import engine
+from workflows.hookpath import answers
 from workflows.models import Run
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -25,7 +25,7 @@ def test_a_worker_serves_its_step_metrics_on_its_own_port(no_worker: None, tmp_p
     worker.start()
     try:
         wf.template("backup", steps=[{"name": "only", "type": "noop"}])
-        engine.answer(wf.call(), handler_name="test")
+        answers.answer(wf.call(), handler_name="test")
         deadline = time.monotonic() + 30
         while Run.objects.get().state != "succeeded":
             assert time.monotonic() < deadline, "the run did not finish"

@@ -1,6 +1,6 @@
 """The worker path in-process (no worker): what a step costs, what it records, what is re-sent.
 
-Covers: a `noop` step is one transaction of a few queries; routine step progress writes no
+Covers: a `noop` step of a chain is one statement; routine step progress writes no
 RunEvent while run transitions do; a repeated poll updates only its step's row; the
 reconciler sends an overdue run or its overdue ready steps, never both.
 """
@@ -8,6 +8,8 @@ reconciler sends an overdue run or its overdue ready steps, never both.
 from __future__ import annotations
 
 import datetime
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -17,13 +19,18 @@ from django.test.utils import CaptureQueriesContext
 from tests.support import capi
 from tests.support import workflows as wf
 from tests.workflows import runs
-from workflows import actions, engine
+from workflows.engine import attempts, reconciler, scheduling
+from workflows.hookpath import answers
+from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, RunEvent, StepRun, WorkflowTemplate
+from workflows.operators import actions
 
 pytestmark = pytest.mark.django_db
 
-#: The most queries one further `noop` step in a chain may cost: lock the step, record
-#: it, promote the next (the chain shares the run's lock, steps read and commit).
+#: The most queries one further `noop` step in a chain may cost: one statement records its
+#: success by lease and claims the next (sql.SUCCEED_AND_CLAIM_NEXT); in a test case, the
+#: check that no transaction of the engine's is open while the step runs adds a savepoint
+#: and its release.
 QUERIES_PER_CHAINED_NOOP_STEP = 3
 
 
@@ -36,20 +43,20 @@ def on_commit(django_capture_on_commit_callbacks: Any) -> Any:
 def _run(template: WorkflowTemplate | str, steps: list[dict[str, Any]], cluster: str = "c1") -> Run:
     tmpl = wf.template(template, steps=steps) if isinstance(template, str) else template
     call = wf.call(cluster=capi.cluster_v1beta2(name=cluster, uid=f"uid-{cluster}"))
-    [run] = engine.runs_ensure(templates=[tmpl], call=call)
+    [run] = hook_runs.runs_ensure(templates=[tmpl], call=call)
     return run
 
 
 def _count_schedules(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The run ids `_schedule` is called for: one call is one transaction."""
     calls: list[int] = []
-    schedule = engine._schedule
+    schedule = scheduling._schedule
 
-    def counted(run_id: int) -> int | engine._Again | None:
+    def counted(run_id: int, results: Sequence[attempts.Result]) -> list[attempts.Attempt]:
         calls.append(run_id)
-        return schedule(run_id)
+        return schedule(run_id, results)
 
-    monkeypatch.setattr(engine, "_schedule", counted)
+    monkeypatch.setattr(scheduling, "_schedule", counted)
     return calls
 
 
@@ -60,7 +67,7 @@ def _noop_chain(length: int) -> list[dict[str, Any]]:
     ]
 
 
-def test_a_noop_chain_runs_in_one_transaction_of_a_few_queries_per_step(
+def test_a_noop_chain_takes_one_statement_per_step(
     sent: list[tuple[str, Any]],
     django_assert_max_num_queries: Any,
     monkeypatch: pytest.MonkeyPatch,
@@ -68,31 +75,23 @@ def test_a_noop_chain_runs_in_one_transaction_of_a_few_queries_per_step(
     short = _run("one", _noop_chain(1), cluster="a")
     long = _run("eleven", _noop_chain(11), cluster="b")
     with CaptureQueriesContext(connection) as one_step:
-        engine.advance(short.pk)
+        scheduling.advance(short.pk)
     commits = _count_schedules(monkeypatch)
     with django_assert_max_num_queries(len(one_step) + 10 * QUERIES_PER_CHAINED_NOOP_STEP):
-        engine.advance(long.pk)
-    assert commits == [long.pk], "the whole chain was scheduled and executed in one transaction"
+        scheduling.advance(long.pk)
+    # The run is scheduled (under its lock) when it starts and when its last step is done;
+    # in between, each step's success and the next step's claim are one statement, and no
+    # step's code runs inside a transaction (attempts.run checks).
+    assert commits == [long.pk] * 2
     assert set(StepRun.objects.filter(run=long).values_list("state", flat=True)) == {"succeeded"}
     assert Run.objects.get(pk=long.pk).state == "succeeded"
-
-
-def test_a_chain_longer_than_the_limit_commits_part_way_and_goes_on(
-    sent: list[tuple[str, Any]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(engine, "INLINE_CHAIN_LIMIT", 4)
-    run = _run("ten", _noop_chain(10))
-    transactions = _count_schedules(monkeypatch)
-    engine.advance(run.pk)
-    assert len(transactions) == 3  # 4 + 4 + 2 steps
-    assert Run.objects.get(pk=run.pk).state == "succeeded"
 
 
 def test_routine_step_progress_writes_no_events_but_run_transitions_do(
     sent: list[tuple[str, Any]],
 ) -> None:
     run = _run("chain", _noop_chain(3))
-    engine.advance(run.pk)
+    scheduling.advance(run.pk)
     events = RunEvent.objects.filter(run=run).order_by("id")
     assert [(e.step_name, e.name) for e in events] == [
         ("", "pending->running"),
@@ -107,7 +106,7 @@ def test_a_repeated_poll_updates_only_its_step(
     # A short wait: its polls come by countdown (a long one's by batch, see test_polls.py).
     run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3}}])
     with on_commit(execute=True):
-        engine.advance(run.pk)
+        scheduling.advance(run.pk)
     step = StepRun.objects.get(run=run)
     assert (step.state, sent[-1]) == ("waiting", ("run_step_later", (step.pk,)))
     before = Run.objects.filter(pk=run.pk).values().get()
@@ -116,9 +115,11 @@ def test_a_repeated_poll_updates_only_its_step(
     now[0] = step.due_at + datetime.timedelta(seconds=1)
 
     with on_commit(execute=True), CaptureQueriesContext(connection) as queries:
-        assert engine.run_step(step.pk) is False
-    writes = [q["sql"] for q in queries if q["sql"].startswith(("UPDATE", "INSERT", "DELETE"))]
-    assert len(writes) == 1 and writes[0].startswith('UPDATE "workflows_steprun"'), writes
+        scheduling.run_step(step.pk)
+    writes = r"(?:UPDATE|INSERT INTO) (workflows_\w+)"
+    written = [table for q in queries for table in re.findall(writes, q["sql"])]
+    # The claim, and the poll recorded by lease: both of the step's row only.
+    assert written == ["workflows_steprun", "workflows_steprun"], written
     assert RunEvent.objects.count() == events, "a poll writes no RunEvent"
     assert Run.objects.filter(pk=run.pk).values().get() == before, "a poll leaves the run alone"
     polled = StepRun.objects.get(pk=step.pk)
@@ -129,19 +130,19 @@ def test_a_repeated_poll_updates_only_its_step(
 
 def test_a_waiting_run_is_left_to_its_steps_due_time(sent: list[tuple[str, Any]]) -> None:
     run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3600}}])
-    engine.advance(run.pk)
+    scheduling.advance(run.pk)
     run.refresh_from_db()
     assert (run.state, run.wake_at) == ("running", None)
     assert run.message == "workflow timer is running step w"
 
 
 def test_the_reconciler_sends_an_overdue_run_once_and_not_its_steps_too(
-    sent: list[tuple[str, Any]], now: list[datetime.datetime]
+    sent: list[tuple[str, Any]], now: list[datetime.datetime], on_commit: Any
 ) -> None:
     timer = wf.template("timer", steps=[{"name": "w", "type": "wait", "with": {"seconds": 5}}])
     overdue, waiting = _run(timer, [], "a"), _run(timer, [], "b")
-    engine.advance(overdue.pk)
-    engine.advance(waiting.pk)
+    scheduling.advance(overdue.pk)
+    scheduling.advance(waiting.pk)
     # Both steps' retry countdowns were lost; one run also has a finished step to schedule.
     # (Due waiting steps are the batch poller's: see test_polls.py.)
     StepRun.objects.update(state=StepRun.State.READY)
@@ -149,10 +150,11 @@ def test_the_reconciler_sends_an_overdue_run_once_and_not_its_steps_too(
     sent.clear()
     now[0] = now[0] + datetime.timedelta(seconds=3600)
 
-    report = engine.reconcile()
+    with on_commit(execute=True):
+        report = reconciler.reconcile()
 
     step_b = StepRun.objects.get(run=waiting).pk
-    assert report == engine.ReconcileReport(runs=1, steps=1)
+    assert report == reconciler.ReconcileReport(runs=1, steps=1)
     assert sorted(sent) == [("advance", overdue.pk), ("run_step", step_b)]
 
 
@@ -162,7 +164,7 @@ def test_a_retried_run_is_due_for_the_reconciler_if_its_wake_up_is_lost(
     run = runs.make_run(state=Run.State.FAILED, steps=(("snapshot", "noop", "failed"),))
     actions.run_retry(run_id=run.pk, actor="ops:ann", reason="storage is back")
     now[0] = now[0] + datetime.timedelta(seconds=3600)
-    assert engine.reconcile().runs == 1
+    assert reconciler.reconcile().runs == 1
 
 
 @pytest.mark.parametrize(("concurrency", "woken"), [(None, False), (1, True)])
@@ -172,7 +174,7 @@ def test_a_finished_run_wakes_its_templates_pending_runs_only_for_a_budget(
     template = wf.template("backup", steps=_noop_chain(1), concurrency=concurrency)
     first, second = _run(template, [], "a"), _run(template, [], "b")
     with on_commit(execute=True):
-        engine.advance(first.pk)
+        scheduling.advance(first.pk)
     assert Run.objects.get(pk=first.pk).state == "succeeded"
     assert (("advance", second.pk) in sent) is woken
 
@@ -187,17 +189,17 @@ def test_a_run_failed_at_its_deadline_and_retried_gets_its_full_time_again(
         onDeadline="Fail",
     )
     run = _run(template, [])
-    engine.advance(run.pk)
+    scheduling.advance(run.pk)
     now[0] = now[0] + datetime.timedelta(seconds=601)
-    engine.advance(run.pk)
+    scheduling.advance(run.pk)
     run.refresh_from_db()
     assert run.state == "failed"
-    assert engine.render(run, now[0]).status == "Failure"
+    assert answers.render(run, now[0]).status == "Failure"
 
     actions.run_retry(run_id=run.pk, actor="ops:ann", reason="the backup store is back")
 
     run.refresh_from_db()
     assert (run.state, run.deadline_exceeded) == ("running", False)
     assert run.deadline_at == now[0] + datetime.timedelta(seconds=600)
-    answer = engine.render(run, now[0] + datetime.timedelta(seconds=599))
-    assert (answer.status, answer.retry_after) == ("Success", 10)
+    answer = answers.render(run, now[0] + datetime.timedelta(seconds=599))
+    assert (answer.status, answer.retry_after) == ("Success", 1), "its deadline is 1 s away"

@@ -1,198 +1,81 @@
 """`backup_pvs`: back up a workload cluster's persistent volumes, with CSI snapshots or Velero.
 
-`backend: csi` makes a `snapshot.storage.k8s.io/v1` VolumeSnapshot per chosen PVC and is done
-when every one is `readyToUse`. `backend: velero` makes one `velero.io/v1` Backup in Velero's
-namespace and is done when its phase is `Completed`. Both run in the workload cluster.
+`backend: csi` makes a `snapshot.storage.k8s.io/v1` VolumeSnapshot per Bound CSI volume
+(`workflows.steps.csi_snapshots`) and is done when every one is `readyToUse`.
+`backend: velero` makes one `velero.io/v1` Backup in Velero's namespace, and another when
+Velero drops it (`workflows.steps.velero_backups`), and is done when it is `Completed`
+with its volumes backed up. Both run in the workload cluster.
 
 Before a deletion a snapshot must outlive the cluster: a VolumeSnapshotClass whose
 deletionPolicy is `Delete` removes the storage snapshot together with the VolumeSnapshot,
-that is with the cluster. So on BeforeClusterDelete the csi backend needs a class named
-explicitly (checked when the template is applied) whose deletionPolicy is `Retain` (checked
-when the step runs); Velero, which keeps backups outside the cluster, is the recommended backend.
+that is with the cluster. So on BeforeClusterDelete every class the csi backend uses must
+have deletionPolicy `Retain` (checked when the step runs, before any snapshot is made);
+Velero, which keeps backups outside the cluster, is the recommended backend.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from workflows import errors, k8s
-from workflows.steps import objects, registry
-
-SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
-VELERO_API = "velero.io/v1"
-DELETE_HOOK = "BeforeClusterDelete"
-RETAIN_ADVICE = (
-    "on BeforeClusterDelete a snapshot must outlive the cluster, which needs a "
-    "VolumeSnapshotClass with deletionPolicy Retain; the velero backend is recommended"
-)
+from workflows.steps import csi_snapshots, objects, registry, velero_backups
 
 
 def _check(params: dict[str, Any], hook: str) -> None:
-    if (
-        params["backend"] == "csi"
-        and hook == DELETE_HOOK
-        and not params.get("volumeSnapshotClassName")
-    ):
-        raise registry.ParamError("volumeSnapshotClassName", f"is required: {RETAIN_ADVICE}")
-    velero_only = ("ttl", "snapshotVolumes", "allowPartiallyFailed", "storageLocation")
-    if params["backend"] == "csi":
-        for name in velero_only:
-            if name in params and params[name] != PARAMS[name].default:
-                raise registry.ParamError(name, "applies to backend velero only")
+    velero_only = (
+        "ttl", "snapshotVolumes", "allowPartiallyFailed", "storageLocation",
+        "defaultVolumesToFsBackup", "snapshotMoveData", "backupAttempts",
+    )  # fmt: skip
+    csi_only = ("volumeSnapshotClassName", "volumeSnapshotClasses")
+    for name in velero_only if params["backend"] == "csi" else csi_only:
+        if name in params and params[name] != PARAMS[name].default:
+            raise registry.ParamError(name, f"applies to backend {_other(params)} only")
+
+
+def _other(params: dict[str, Any]) -> str:
+    return "velero" if params["backend"] == "csi" else "csi"
 
 
 PARAMS = {
     "backend": registry.Param(str, default="csi", choices=("csi", "velero")),
     #: The namespaces whose PVCs (csi) or resources (velero) are backed up; none: all.
-    "namespaces": registry.Param(list, default=[], check=objects.check_strings),
+    "namespaces": registry.Param(
+        list, default=[], check=objects.check_strings, items=objects.STRING
+    ),
     #: Labels a PVC (csi) or resource (velero) must carry.
-    "labelSelector": registry.Param(dict, default={}, check=objects.check_string_map),
+    "labelSelector": registry.Param(
+        dict, default={}, check=objects.check_string_map, values=objects.STRING
+    ),
+    #: csi: the class for the volumes of its own CSI driver.
     "volumeSnapshotClassName": registry.Param(str),
+    #: csi: CSI driver -> VolumeSnapshotClass; a driver not named uses its default class.
+    "volumeSnapshotClasses": registry.Param(
+        dict, check=objects.check_string_map, values=objects.STRING
+    ),
     "veleroNamespace": registry.Param(str, default="velero"),
     "storageLocation": registry.Param(str),
     "snapshotVolumes": registry.Param(bool, default=True),
     "ttl": registry.Param(str, default="720h0m0s"),
     "allowPartiallyFailed": registry.Param(bool, default=False),
+    #: velero: back up volumes with Velero's file system backup (no snapshots counted).
+    "defaultVolumesToFsBackup": registry.Param(bool),
+    #: velero: move CSI snapshot data to the backup storage (Velero's data mover).
+    "snapshotMoveData": registry.Param(bool),
+    #: velero: Backups started in all when one ends Failed (a Velero restart fails it).
+    "backupAttempts": registry.Param(int, default=3, minimum=1),
     "pollSeconds": registry.Param((int, float), default=10, minimum=1),
 }
 
 
-@registry.step_type("backup_pvs", params=PARAMS, check=_check)
+#: A snapshot controller retries an error until the step's timeout, this one by default.
+DEFAULT_TIMEOUT_SECONDS = 4 * 3600
+
+
+@registry.step_type(
+    "backup_pvs", params=PARAMS, check=_check, default_timeout_seconds=DEFAULT_TIMEOUT_SECONDS
+)
 def backup_pvs(ctx: registry.StepContext) -> registry.Outcome:
     """Backs up persistent volumes with CSI snapshots or a Velero backup."""
     api = objects.workload(ctx)
     if ctx.params["backend"] == "velero":
-        return _velero(ctx, api)
-    return _csi(ctx, api)
-
-
-# --- csi -------------------------------------------------------------------------------
-
-
-def _check_class(ctx: registry.StepContext, api: k8s.ApiClient) -> None:
-    name = ctx.params.get("volumeSnapshotClassName")
-    if ctx.run_context.get("hook") != DELETE_HOOK:
-        return
-    if not name:  # a template stored before the check existed
-        raise errors.PermanentError(f"backend csi needs volumeSnapshotClassName: {RETAIN_ADVICE}")
-    what = f"VolumeSnapshotClass {name}"
-    found = objects.get(
-        api, objects.path(SNAPSHOT_API, "volumesnapshotclasses", name=name), what=what
-    )
-    if found is None:
-        raise errors.PermanentError(f"{what} not found")
-    policy = found.get("deletionPolicy")
-    if policy != "Retain":
-        raise errors.PermanentError(f"{what} has deletionPolicy {policy}: {RETAIN_ADVICE}")
-
-
-def _claims(ctx: registry.StepContext, api: k8s.ApiClient) -> list[objects.JSON]:
-    selector = ctx.params.get("labelSelector") or None
-    namespaces = ctx.params.get("namespaces") or []
-    if not namespaces:
-        collection = objects.path("v1", "persistentvolumeclaims")
-        return objects.items(api, collection, what="PersistentVolumeClaims", selector=selector)
-    found: list[objects.JSON] = []
-    for ns in sorted(set(namespaces)):
-        collection = objects.path("v1", "persistentvolumeclaims", ns)
-        found += objects.items(
-            api, collection, what=f"PersistentVolumeClaims in {ns}", selector=selector
-        )
-    return found
-
-
-def _start_csi(ctx: registry.StepContext, api: k8s.ApiClient) -> list[dict[str, str]]:
-    _check_class(ctx, api)
-    volumes = []
-    for claim in _claims(ctx, api):
-        ns, pvc = claim["metadata"]["namespace"], claim["metadata"]["name"]
-        # A PVC's name is unique in its namespace, so the snapshot's name is too.
-        name = ctx.object_name(pvc)
-        spec: dict[str, Any] = {"source": {"persistentVolumeClaimName": pvc}}
-        if ctx.params.get("volumeSnapshotClassName"):
-            spec["volumeSnapshotClassName"] = ctx.params["volumeSnapshotClassName"]
-        body = {
-            "apiVersion": SNAPSHOT_API,
-            "kind": "VolumeSnapshot",
-            "metadata": {"name": name, "namespace": ns, "labels": objects.labels(ctx)},
-            "spec": spec,
-        }
-        collection = objects.path(SNAPSHOT_API, "volumesnapshots", ns)
-        objects.ensure(api, collection, body, what=f"VolumeSnapshot {ns}/{name}")
-        volumes.append({"namespace": ns, "persistentVolumeClaim": pvc, "volumeSnapshot": name})
-    return volumes
-
-
-def _csi(ctx: registry.StepContext, api: k8s.ApiClient) -> registry.Outcome:
-    if "volumes" not in ctx.memo:
-        ctx.memo["volumes"] = _start_csi(ctx, api)
-    results = []
-    failed = None
-    for volume in ctx.memo["volumes"]:
-        ns, name = volume["namespace"], volume["volumeSnapshot"]
-        what = f"VolumeSnapshot {ns}/{name}"
-        found = objects.get(api, objects.path(SNAPSHOT_API, "volumesnapshots", ns, name), what=what)
-        status = (found or {}).get("status") or {}
-        result = {**volume, "readyToUse": bool(status.get("readyToUse"))}
-        if status.get("boundVolumeSnapshotContentName"):
-            result["volumeSnapshotContent"] = status["boundVolumeSnapshotContentName"]
-        if status.get("restoreSize"):
-            result["restoreSize"] = status["restoreSize"]
-        if found is None:
-            result["result"], failed = "missing", failed or f"{what} was deleted"
-        elif status.get("error"):
-            result["result"], failed = "failed", failed or f"{what} failed (see its status.error)"
-        else:
-            result["result"] = "ready" if result["readyToUse"] else "pending"
-        results.append(result)
-    output = {"backend": "csi", "volumes": results}
-    if failed:
-        raise errors.PermanentError(failed, output=output)
-    pending = sum(1 for r in results if r["result"] == "pending")
-    if pending:
-        message = f"{len(results) - pending} of {len(results)} volume snapshots ready"
-        return registry.Poll(after=ctx.params["pollSeconds"], message=message, output=output)
-    return registry.Done(output)
-
-
-# --- velero ----------------------------------------------------------------------------
-
-
-def _velero(ctx: registry.StepContext, api: k8s.ApiClient) -> registry.Outcome:
-    ns, name = ctx.params["veleroNamespace"], ctx.object_name()
-    what = f"Backup {ns}/{name}"
-    if not ctx.memo.get("created"):
-        spec: dict[str, Any] = {
-            "includedNamespaces": sorted(set(ctx.params.get("namespaces") or [])) or ["*"],
-            "snapshotVolumes": ctx.params["snapshotVolumes"],
-            "ttl": ctx.params["ttl"],
-        }
-        if ctx.params.get("labelSelector"):
-            spec["labelSelector"] = {"matchLabels": dict(ctx.params["labelSelector"])}
-        if ctx.params.get("storageLocation"):
-            spec["storageLocation"] = ctx.params["storageLocation"]
-        body = {
-            "apiVersion": VELERO_API,
-            "kind": "Backup",
-            "metadata": {"name": name, "namespace": ns, "labels": objects.labels(ctx)},
-            "spec": spec,
-        }
-        objects.ensure(api, objects.path(VELERO_API, "backups", ns), body, what=what)
-        ctx.memo["created"] = True
-    found = objects.get(api, objects.path(VELERO_API, "backups", ns, name), what=what)
-    if found is None:
-        raise errors.PermanentError(f"{what} was deleted")
-    status = found.get("status") or {}
-    phase = status.get("phase") or "New"
-    backup = {"namespace": ns, "name": name, "phase": phase}
-    for key in ("errors", "warnings"):
-        if key in status:
-            backup[key] = status[key]
-    output = {"backend": "velero", "backup": backup}
-    if phase == "Completed" or (phase == "PartiallyFailed" and ctx.params["allowPartiallyFailed"]):
-        return registry.Done(output)
-    if phase in ("Failed", "PartiallyFailed", "FailedValidation"):
-        raise errors.PermanentError(f"{what} ended in phase {phase}", output=output)
-    return registry.Poll(
-        after=ctx.params["pollSeconds"], message=f"{what} is {phase}", output=output
-    )
+        return velero_backups.run(ctx, api)
+    return csi_snapshots.run(ctx, api)

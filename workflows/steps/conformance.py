@@ -1,8 +1,16 @@
 """`conformance`: runs Kubernetes conformance tests in the workload cluster, as Hydrophone does.
 
 The step makes its own Namespace, a ServiceAccount there, a ClusterRoleBinding of it to
-`cluster-admin`, and a Pod running `registry.k8s.io/conformance:<version>` (the image's
-runner reads E2E_FOCUS, E2E_SKIP and E2E_PARALLEL). A second container, `results` (busybox),
+`cluster-admin`, and a Pod running `registry.k8s.io/conformance:<version>` (build metadata
+dropped: `+` is not allowed in an image tag). The image's go-runner (kubernetes
+test/conformance/image/go-runner) reads E2E_FOCUS, E2E_SKIP and E2E_EXTRA_GINKGO_ARGS; its
+E2E_PARALLEL means parallel only for `y`/`true`, and then it also skips `[Serial]` when
+E2E_SKIP is empty, so the step never sets it: `parallelism` N > 1 becomes `--procs=N` as
+Hydrophone passes it, and `serialTests` alone decides whether `[Serial]` specs are skipped.
+Both containers run as Hydrophone's do, within PodSecurity `restricted`, and the Pod
+tolerates every taint unless the template says otherwise. A container that cannot pull its
+image or keeps crashing, or a Pod that cannot be scheduled, fails the step once that lasted
+`stuckGraceSeconds` (see `pods`). A second container, `results` (busybox),
 shares the results directory and prints the runner's JUnit file into its log once the
 runner is done (see `junit`): there is no exec without websockets, but a log can be read.
 When the runner ends, the counts and the failed tests' names come from that JUnit file,
@@ -16,10 +24,12 @@ retries spent) or an operator cancels it, `cleanup` does.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
-from workflows import artifacts, errors, k8s
-from workflows.steps import junit, objects, registry
+from workflows import errors
+from workflows.kube import k8s
+from workflows.steps import artifacts, junit, objects, pods, registry
 
 RBAC_API = "rbac.authorization.k8s.io/v1"
 SERVICE_ACCOUNT = "conformance"
@@ -38,6 +48,13 @@ DEFAULT_TIMEOUT_SECONDS = 7200
 #: Where the runner writes e2e.log and the JUnit file: the Pod's own emptyDir.
 # A path inside the Pod, not on this host.
 RESULTS_DIR = "/tmp/results"  # noqa: S108  # nosec B108
+#: What E2E_SKIP gets for `serialTests: skip` (go-runner's own regexp for them).
+SERIAL_SKIP = r"\[Serial\]"
+#: Hydrophone's: tolerate every taint, so control-plane-only clusters run it too.
+TOLERATE_ALL = ({"operator": "Exists"},)
+#: Hydrophone's user (nobody) for both containers: PodSecurity `restricted` needs non-root.
+RUN_AS_USER = 65534
+_TOLERATION_FIELDS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 
 # Ginkgo's summary: "Ran 402 of 7000 Specs ...", then "FAIL! -- 400 Passed | 2 Failed |
 # 0 Pending | 6598 Skipped"; before it "Summarizing 2 Failures:" and one "[FAIL] ..." line each.
@@ -45,6 +62,26 @@ _COUNTS = re.compile(
     r"(\d+) Passed \| (\d+) Failed \| (?:\d+ Flaked \| )?(\d+) Pending \| (\d+) Skipped"
 )
 _FAILURE = re.compile(r"^\s*\[(?:FAIL|TIMEDOUT|PANICKED|INTERRUPTED)\]\s+(.*\S)\s*$")
+
+
+def _check_tolerations(value: list[Any]) -> list[dict[str, Any]]:
+    """Pod tolerations: objects of key, operator (Exists, Equal), value, effect."""
+    for index, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise registry.ParamError(str(index), "must be an object")
+        unknown = sorted(set(item) - _TOLERATION_FIELDS)
+        if unknown:
+            raise registry.ParamError(f"{index}.{unknown[0]}", "unknown field")
+        if item.get("operator", "Equal") not in ("Exists", "Equal"):
+            raise registry.ParamError(f"{index}.operator", "must be Exists or Equal")
+        if item.get("effect", "") not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise registry.ParamError(
+                f"{index}.effect", "must be NoSchedule, PreferNoSchedule or NoExecute"
+            )
+        for field in ("key", "value"):
+            if not isinstance(item.get(field, ""), str):
+                raise registry.ParamError(f"{index}.{field}", "must be a string")
+    return value
 
 
 def _check_threshold(value: float) -> float:
@@ -63,9 +100,24 @@ PARAMS = {
     "version": registry.Param(str),
     "focus": registry.Param(str, default=r"\[Conformance\]"),
     "skip": registry.Param(str, default=""),
+    #: Ginkgo processes (`--procs`); 1 runs every spec in one process.
     "parallelism": registry.Param(int, default=1, minimum=1),
+    #: `run`: `[Serial]` specs run too (with parallelism, one at a time after the others);
+    #: `skip`: they are skipped.
+    "serialTests": registry.Param(str, default="run", choices=("run", "skip")),
+    #: The Pod's tolerations; by default every taint is tolerated, as Hydrophone does.
+    "tolerations": registry.Param(
+        list,
+        default=list(TOLERATE_ALL),
+        check=_check_tolerations,
+        items=registry.Param(dict),
+    ),
+    #: How long a container may wait unpulled or crashing, or the Pod unscheduled.
+    "stuckGraceSeconds": registry.Param((int, float), default=300, minimum=0),
     #: Test names (or parts of them) whose failure does not count.
-    "flakyAllowlist": registry.Param(list, default=[], check=objects.check_strings),
+    "flakyAllowlist": registry.Param(
+        list, default=[], check=objects.check_strings, items=objects.STRING
+    ),
     #: The share of counted tests that must pass, in percent.
     "passThreshold": registry.Param((int, float), default=100, check=_check_threshold),
     "pollSeconds": registry.Param((int, float), default=30, minimum=1),
@@ -86,6 +138,8 @@ def _version(ctx: registry.StepContext) -> str:
     )
     if not version:
         raise errors.PermanentError("no Kubernetes version known for the conformance image")
+    # Build metadata (v1.30.2+k3s1) is no part of the image's tag, and `+` is not allowed in one.
+    version = version.split("+", 1)[0]
     return version if version.startswith("v") else f"v{version}"
 
 
@@ -129,14 +183,6 @@ def _create(ctx: registry.StepContext, api: k8s.ApiClient, image: str, results_i
         },
         what=f"ClusterRoleBinding {names['clusterRoleBinding']}",
     )
-    env = {
-        "E2E_FOCUS": ctx.params["focus"],
-        "E2E_SKIP": ctx.params["skip"],
-        "E2E_PARALLEL": str(ctx.params["parallelism"]),
-        "E2E_PROVIDER": "skeleton",
-        "E2E_VERBOSITY": "4",
-        "RESULTS_DIR": RESULTS_DIR,
-    }
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -144,13 +190,15 @@ def _create(ctx: registry.StepContext, api: k8s.ApiClient, image: str, results_i
         "spec": {
             "serviceAccountName": SERVICE_ACCOUNT,
             "restartPolicy": "Never",
+            "tolerations": list(ctx.params["tolerations"]),
             "containers": [
                 {
                     "name": RUNNER,
                     "image": image,
                     "imagePullPolicy": "IfNotPresent",
-                    "env": [{"name": k, "value": v} for k, v in env.items()],
+                    "env": [{"name": k, "value": v} for k, v in runner_env(ctx.params).items()],
                     "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
+                    "securityContext": _restricted(),
                 },
                 {
                     "name": RESULTS,
@@ -161,12 +209,50 @@ def _create(ctx: registry.StepContext, api: k8s.ApiClient, image: str, results_i
                     "volumeMounts": [
                         {"name": "results", "mountPath": RESULTS_DIR, "readOnly": True}
                     ],
+                    "securityContext": _restricted(),
                 },
             ],
             "volumes": [{"name": "results", "emptyDir": {}}],
         },
     }
     objects.ensure(api, objects.path("v1", "pods", ns), pod, what=f"Pod {ns}/{POD}")
+
+
+def runner_env(params: Mapping[str, Any]) -> dict[str, str]:
+    """go-runner's environment: E2E_PARALLEL is left unset (go-runner's default, serial), so
+    that it neither adds `--p` nor skips `[Serial]` on its own."""
+    skip = params["skip"]
+    if params["serialTests"] == "skip":
+        skip = f"{skip}|{SERIAL_SKIP}" if skip else SERIAL_SKIP
+    env = {
+        "E2E_FOCUS": params["focus"],
+        "E2E_SKIP": skip,
+        "E2E_PROVIDER": "skeleton",
+        "E2E_VERBOSITY": "4",
+        "RESULTS_DIR": RESULTS_DIR,
+    }
+    if params["parallelism"] > 1:
+        env["E2E_EXTRA_GINKGO_ARGS"] = f"--procs={params['parallelism']}"
+    return env
+
+
+def _restricted() -> dict[str, Any]:
+    """A container securityContext within PodSecurity `restricted`, as Hydrophone sets it."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _run_output(params: Mapping[str, Any]) -> dict[str, Any]:
+    """How the tests ran, for the output: Ginkgo processes and what became of `[Serial]`."""
+    serial = "skipped" if params["serialTests"] == "skip" else "run"
+    if serial == "run" and params["parallelism"] > 1:
+        serial = "run one at a time after the others"
+    return {"parallelism": params["parallelism"], "serialTests": serial}
 
 
 def _delete(ctx: registry.StepContext, api: k8s.ApiClient) -> None:
@@ -291,7 +377,12 @@ def _finish(ctx: registry.StepContext, api: k8s.ApiClient, phase: str) -> None:
     source = "junit"
     if results is None:
         results, source = parse_results(log or ""), "e2e log"
-    output: dict[str, Any] = {"image": ctx.memo["image"], "phase": phase, **info}
+    output: dict[str, Any] = {
+        "image": ctx.memo["image"],
+        "phase": phase,
+        **_run_output(ctx.params),
+        **info,
+    }
     excerpt = objects.tail(log or "", EXCERPT_CHARS)
     if not results:
         ctx.memo["result"] = {
@@ -306,6 +397,47 @@ def _finish(ctx: registry.StepContext, api: k8s.ApiClient, phase: str) -> None:
         "message": message,
         "output": {**output, "resultsFrom": source, **results, "log": excerpt},
     }
+
+
+def _observe(ctx: registry.StepContext, api: k8s.ApiClient) -> registry.Poll | None:
+    """A Poll while the tests run; else None, with the outcome in memo["result"]."""
+    ns = _names(ctx)["namespace"]
+    pod = objects.get(api, objects.path("v1", "pods", ns, POD), what=f"Pod {ns}/{POD}")
+    if pod is None:
+        ctx.memo["result"] = {"ok": False, "message": f"conformance Pod {ns}/{POD} was deleted"}
+        return None
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    if phase in ("Succeeded", "Failed"):
+        _finish(ctx, api, phase)
+        return None
+    runner = _runner(pod)
+    if runner:
+        # The runner ended but the Pod has not: the results container is still printing,
+        # or waits for a `done` marker a crashed runner never wrote.
+        waits = int(ctx.memo.get("resultsWaits", 0))
+        if waits < RESULTS_WAIT_POLLS:
+            ctx.memo["resultsWaits"] = waits + 1
+            return registry.Poll(
+                after=ctx.params["pollSeconds"],
+                message="conformance tests ended; waiting for their results",
+            )
+        _finish(ctx, api, "Succeeded" if runner.get("exitCode") == 0 else "Failed")
+        return None
+    found = pods.trouble(pod)
+    running = {"image": ctx.memo["image"], **_run_output(ctx.params)}
+    if not pods.stuck(ctx.memo, found, ctx.params["stuckGraceSeconds"]) or found is None:
+        message = f"conformance Pod is {phase}"
+        return registry.Poll(
+            after=ctx.params["pollSeconds"],
+            message=f"{message}: {found.describe()}" if found else message,
+            output=running,
+        )
+    ctx.memo["result"] = {
+        "ok": False,
+        "message": f"conformance Pod {ns}/{POD}: {found.describe()}",
+        "output": {**running, "phase": phase, "stuck": found.output()},
+    }
+    return None
 
 
 @registry.step_type(
@@ -327,29 +459,9 @@ def conformance(ctx: registry.StepContext) -> registry.Outcome:
             )
             _create(ctx, api, image, results_image)
             ctx.memo["image"] = image
-        ns = _names(ctx)["namespace"]
-        pod = objects.get(api, objects.path("v1", "pods", ns, POD), what=f"Pod {ns}/{POD}")
-        if pod is None:
-            ctx.memo["result"] = {"ok": False, "message": f"conformance Pod {ns}/{POD} was deleted"}
-        else:
-            phase = (pod.get("status") or {}).get("phase") or "Pending"
-            if phase not in ("Succeeded", "Failed"):
-                runner = _runner(pod)
-                if not runner:
-                    return registry.Poll(
-                        after=ctx.params["pollSeconds"], message=f"conformance Pod is {phase}"
-                    )
-                # The runner ended but the Pod has not: the results container is still
-                # printing, or waits for a `done` marker a crashed runner never wrote.
-                waits = int(ctx.memo.get("resultsWaits", 0))
-                if waits < RESULTS_WAIT_POLLS:
-                    ctx.memo["resultsWaits"] = waits + 1
-                    return registry.Poll(
-                        after=ctx.params["pollSeconds"],
-                        message="conformance tests ended; waiting for their results",
-                    )
-                phase = "Succeeded" if runner.get("exitCode") == 0 else "Failed"
-            _finish(ctx, api, phase)
+        waiting = _observe(ctx, api)
+        if waiting is not None:
+            return waiting
     # The outcome is kept before the cleanup: if deleting fails, the retry only deletes.
     _delete(ctx, api)
     result = ctx.memo["result"]

@@ -16,6 +16,20 @@ the last lines.
 Invariant 4 (a side effect once): an install's revision carries the description
 `hooksvc run <run> step <step>`; a start that finds its own deployed revision as the
 release's newest one reads the release instead of upgrading it again.
+
+A helm that is stopped mid-operation (helm v3.17 cmd/helm/upgrade.go, install.go; pkg/action
+upgrade.go, install.go): on SIGINT or SIGTERM it cancels the operation and records the
+release `failed`, which the next `upgrade --install` upgrades from; on SIGKILL nothing is
+recorded, the revision stays `pending-install` or `pending-upgrade`, and every later
+operation fails with "another operation (install/upgrade/rollback) is in progress"
+(`errPending`, checked first in `prepareUpgrade`). So each command gets helm's own
+`--timeout` (hooks, waits) below hooksvc's deadline, at the deadline SIGTERM with a grace,
+and SIGKILL only after it. A revision left pending by this step (its revision labels
+`hooksvc.io/run` and `hooksvc.io/step`, from `--labels`) is undone: at once when this
+attempt saw its own helm end, else once it is older than any helm of an earlier attempt can
+still run (the release Secret's `createdAt`, written by helm). Undone means `helm rollback`
+to the newest deployed revision (rollback does not check for a pending one), or, a first
+install, `helm uninstall`. A pending revision of anyone else is left alone.
 """
 
 from __future__ import annotations
@@ -31,20 +45,29 @@ import shutil
 import subprocess  # nosec B404
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 from django.conf import settings
 
-from workflows import errors, k8s
-from workflows.steps import registry
+from workflows import errors
+from workflows.kube import k8s
+from workflows.steps import objects, registry
 
 logger = logging.getLogger(__name__)
 
-#: Seconds one helm command may take; it returns once the objects are applied (no --wait).
-TIMEOUT_SECONDS = 300
+#: After SIGTERM, how long helm may take to record its release failed and exit, at most.
+TERM_GRACE_SECONDS = 15.0
+#: Revision statuses of an operation under way, or whose helm was killed.
+PENDING = ("pending-install", "pending-upgrade", "pending-rollback")
+#: Added to a pending revision's age limit: the workers' clocks may differ this much.
+CLOCK_SLACK_SECONDS = 30.0
+
+#: Tests move it to make a pending revision old.
+clock: Callable[[], float] = time.time
 
 _UNREACHABLE = ("no such host", "connection refused", "i/o timeout", "cannot be reached")
 
@@ -136,29 +159,64 @@ def _workspace(ctx: registry.StepContext) -> Iterator[_Workspace]:
         yield _Workspace(helm, kubeconfig, env)
 
 
+def limits() -> tuple[float, float]:
+    """hooksvc's deadline for one helm command (HOOKSVC_HELM_TIMEOUT_SECONDS), and the grace
+    after SIGTERM before SIGKILL."""
+    deadline = float(settings.HELM_TIMEOUT_SECONDS)
+    return deadline, min(TERM_GRACE_SECONDS, max(1.0, deadline / 10))
+
+
+def helm_timeout() -> str:
+    """helm's own `--timeout` (each hook and wait): below the deadline, so that helm fails a
+    hung hook itself and records the release failed."""
+    deadline, grace = limits()
+    return f"{max(1, int(deadline - 2 * grace))}s"
+
+
+class Stopped(errors.TemporaryError):
+    """helm was stopped before it finished."""
+
+
 def _run(ws: _Workspace, args: list[str], what: str, stdin: str = "") -> str:
+    deadline, grace = limits()
+    # Fixed binary, no shell, arguments from a validated spec.
+    process = subprocess.Popen(  # noqa: S603  # nosec B603
+        [ws.helm, *args, "--kubeconfig", ws.kubeconfig],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ws.env,
+    )
     try:
-        # Fixed binary, no shell, arguments from a validated spec.
-        done = subprocess.run(  # noqa: S603  # nosec B603
-            [ws.helm, *args, "--kubeconfig", ws.kubeconfig],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_SECONDS,
-            check=False,
-            env=ws.env,
-        )
+        stdout, stderr = process.communicate(stdin, timeout=deadline)
     except subprocess.TimeoutExpired:
-        raise errors.TemporaryError(f"{what}: helm did not finish in time") from None
-    if done.returncode != 0:
-        if "release: not found" in done.stderr:
+        # SIGTERM first: helm then records the release failed; after SIGKILL it stays pending.
+        process.terminate()
+        try:
+            stdout, stderr = process.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+        _log_failure(what, "helm_timeout", stderr)
+        raise Stopped(f"{what}: helm did not finish in time") from None
+    except BaseException:
+        # This attempt is going away (a Celery time limit, an interrupt): take helm along.
+        process.terminate()
+        raise
+    if process.returncode < 0:
+        _log_failure(what, "helm_killed", stderr)
+        raise Stopped(f"{what}: helm was killed before it finished")
+    if process.returncode != 0:
+        if "release: not found" in stderr:
             raise ReleaseNotFound(f"{what}: not found")
-        logger.warning(
-            "helm failed",
-            extra={"action": "helm_failed", "what": what, "stderr": done.stderr[-2000:]},
-        )
-        raise _failure(what, done.returncode, done.stderr)
-    return done.stdout
+        _log_failure(what, "helm_failed", stderr)
+        raise _failure(what, process.returncode, stderr)
+    return stdout
+
+
+def _log_failure(what: str, action: str, stderr: str) -> None:
+    logger.warning("helm failed", extra={"action": action, "what": what, "stderr": stderr[-2000:]})
 
 
 def _what(release: str, namespace: str) -> str:
@@ -184,19 +242,108 @@ def _installed_by(ws: _Workspace, ctx: registry.StepContext, release: str, ns: s
     )
 
 
+def _revisions(api: k8s.ApiClient, release: str, ns: str) -> list[dict[str, str]]:
+    """The labels of the release's revisions (helm's Secrets), oldest first."""
+    records = objects.items(
+        api,
+        objects.path("v1", "secrets", ns),
+        what=f"{_what(release, ns)} history",
+        selector={"owner": "helm", "name": release},
+    )
+    found = [dict(r["metadata"].get("labels") or {}) for r in records]
+    return sorted(found, key=lambda labels: int(labels.get("version") or 0))
+
+
+def _undo(ws: _Workspace, revisions: list[dict[str, str]], release: str, ns: str) -> None:
+    """Undo the newest, pending revision: roll back to the newest deployed one, or uninstall."""
+    what = _what(release, ns)
+    deployed = [r["version"] for r in revisions if r.get("status") == "deployed"]
+    if deployed:
+        args = ["rollback", release, deployed[-1], "--namespace", ns]
+        recovery = f"rolled back to revision {deployed[-1]}"
+    else:
+        args = ["uninstall", release, "--namespace", ns]
+        recovery = "uninstalled"
+    _run(ws, [*args, "--timeout", helm_timeout()], what)
+    logger.warning(
+        "helm release recovered",
+        extra={
+            "action": "helm_recovered",
+            "what": what,
+            "revision": revisions[-1].get("version"),
+            "status": revisions[-1].get("status"),
+            "recovery": recovery,
+        },
+    )
+
+
+def _recover_earlier(
+    ctx: registry.StepContext, ws: _Workspace, api: k8s.ApiClient, release: str, ns: str
+) -> int:
+    """Undo a revision an earlier attempt of this step left pending, once no helm of that
+    attempt can still run; the release's newest revision number (0: none) either way."""
+    revisions = _revisions(api, release, ns)
+    if not revisions or revisions[-1].get("status") not in PENDING:
+        return int(revisions[-1]["version"]) if revisions else 0
+    busy = f"{_what(release, ns)}: another helm operation on the release is in progress"
+    pending = revisions[-1]
+    if any(pending.get(key) != value for key, value in objects.labels(ctx).items()):
+        raise errors.TemporaryError(busy)
+    deadline, grace = limits()
+    age = clock() - float(pending.get("createdAt") or 0)
+    wait = deadline + grace + CLOCK_SLACK_SECONDS - age
+    if wait > 0:
+        raise errors.TemporaryError(busy, delay=wait)
+    _undo(ws, revisions, release, ns)
+    after = _revisions(api, release, ns)
+    return int(after[-1].get("version") or 0) if after else 0
+
+
+def _recover_own(
+    ctx: registry.StepContext,
+    ws: _Workspace,
+    api: k8s.ApiClient,
+    release: str,
+    ns: str,
+    *,
+    seen: int,
+) -> None:
+    """After this attempt's helm ended: undo a pending revision it made (newer than `seen`)."""
+    try:
+        revisions = _revisions(api, release, ns)
+        if (
+            revisions
+            and revisions[-1].get("status") in PENDING
+            and int(revisions[-1].get("version") or 0) > seen
+            and all(revisions[-1].get(key) == value for key, value in objects.labels(ctx).items())
+        ):
+            _undo(ws, revisions, release, ns)
+    except errors.StepError:
+        # The next attempt tries again, once the revision is old enough.
+        logger.warning("helm release not recovered", extra={"action": "helm_recovery_failed"})
+
+
 def install(ctx: registry.StepContext, chart: dict[str, Any]) -> list[dict[str, Any]]:
     """`helm upgrade --install` the chart once; return the manifests of the release's objects."""
     release, ns = chart["release"], chart["namespace"]
     what = _what(release, ns)
     with _workspace(ctx) as ws:
         if not _installed_by(ws, ctx, release, ns):
+            api = objects.workload(ctx)
+            seen = _recover_earlier(ctx, ws, api, release, ns)
+            labels = ",".join(f"{k}={v}" for k, v in sorted(objects.labels(ctx).items()))
             args = ["upgrade", "--install", release, chart["chart"], "--namespace", ns]
             args += ["--create-namespace", "--values", "-", "--description", marker(ctx)]
+            args += ["--labels", labels, "--timeout", helm_timeout()]
             if chart.get("repo"):
                 args += ["--repo", chart["repo"]]
             if chart.get("version"):
                 args += ["--version", chart["version"]]
-            _run(ws, args, what, stdin=yaml.safe_dump(chart.get("values") or {}))
+            try:
+                _run(ws, args, what, stdin=yaml.safe_dump(chart.get("values") or {}))
+            except Stopped:
+                _recover_own(ctx, ws, api, release, ns, seen=seen)
+                raise
         manifest = _run(ws, ["get", "manifest", release, "--namespace", ns], what)
     return [doc for doc in yaml.safe_load_all(manifest) if isinstance(doc, dict)]
 
@@ -204,5 +351,6 @@ def install(ctx: registry.StepContext, chart: dict[str, Any]) -> list[dict[str, 
 def uninstall(ctx: registry.StepContext, release: str, namespace: str) -> None:
     """Uninstall the release (its objects and its history); nothing when it is gone already."""
     what = _what(release, namespace)
+    args = ["uninstall", release, "--namespace", namespace, "--ignore-not-found"]
     with _workspace(ctx) as ws:
-        _run(ws, ["uninstall", release, "--namespace", namespace, "--ignore-not-found"], what)
+        _run(ws, [*args, "--timeout", helm_timeout()], what)

@@ -71,8 +71,12 @@ def _env_headers(names: dict[str, str]) -> dict[str, str]:
     "http",
     params={
         "url": registry.Param(str, required=True, check=_check_url),
-        "headers": registry.Param(dict, default={}, check=_check_headers),
-        "headersFromEnv": registry.Param(dict, default={}, check=_check_env_names),
+        "headers": registry.Param(
+            dict, default={}, check=_check_headers, values=registry.Param(str)
+        ),
+        "headersFromEnv": registry.Param(
+            dict, default={}, check=_check_env_names, values=registry.Param(str)
+        ),
         "timeoutSeconds": registry.Param((int, float), default=10, minimum=1),
     },
 )

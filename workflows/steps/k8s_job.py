@@ -6,36 +6,66 @@ it fails (a `Failed` condition, or more failed pods than `backoffLimit` allows);
 keeps the tail of its pod's log either way. The Job is named after the run and step, so a
 repeated start finds it instead of starting a second one. A Job still running when its step
 is cancelled or times out is deleted (`cleanup`); a finished one stays for its TTL.
+
+Following the Jobs documentation (kubernetes.io/docs/concepts/workloads/controllers/job/):
+the Job's `podFailurePolicy` ignores Pods that failed because they were disrupted
+(`DisruptionTarget`: preemption, eviction, a Node drained), so an upgrade that drains Nodes
+does not spend `backoffLimit`; the TTL-after-finished controller deletes a finished Job
+`ttlSecondsAfterFinished` after it ends (ttlafterfinished), so a TTL shorter than the poll
+interval is refused when the template is applied: the Job could vanish before the step reads
+its outcome. A Pod whose image cannot be pulled (or that cannot be scheduled, or keeps
+crashing) fails the step after `stuckGraceSeconds` (see `pods`), and its Job is deleted.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from workflows import errors, k8s
-from workflows.steps import objects, registry
+from workflows import errors
+from workflows.kube import k8s
+from workflows.steps import objects, pods, registry
 
 BATCH_API = "batch/v1"
 #: The label the Job controller puts on its pods.
 JOB_NAME_LABEL = "job-name"
 LOG_CHARS = 8000
+#: Pods that failed because they were disrupted do not count towards backoffLimit; the
+#: Jobs page's own example rule. It needs restartPolicy Never, which the Job's Pod has.
+POD_FAILURE_POLICY = {
+    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+}
 
 
 PARAMS = {
     "image": registry.Param(str, required=True),
-    "command": registry.Param(list, check=objects.check_strings),
-    "args": registry.Param(list, check=objects.check_strings),
-    "env": registry.Param(dict, default={}, check=objects.check_string_map),
+    "command": registry.Param(list, check=objects.check_strings, items=objects.STRING),
+    "args": registry.Param(list, check=objects.check_strings, items=objects.STRING),
+    "env": registry.Param(dict, default={}, check=objects.check_string_map, values=objects.STRING),
     "serviceAccountName": registry.Param(str),
     "namespace": registry.Param(str, default="default"),
     "cluster": registry.Param(str, default="workload", choices=("management", "workload")),
     "backoffLimit": registry.Param(int, default=0, minimum=0),
     "activeDeadlineSeconds": registry.Param(int, minimum=1),
-    #: The Job and its pods stay this long after they finish, for `kubectl logs`.
+    #: The Job and its pods stay this long after they finish, for `kubectl logs`; at least
+    #: `pollSeconds`, or the Job could be gone before the step reads its outcome.
     "ttlSecondsAfterFinished": registry.Param(int, default=86400, minimum=0),
     "logLines": registry.Param(int, default=50, minimum=1),
     "pollSeconds": registry.Param((int, float), default=10, minimum=1),
+    #: How long the Job's Pod may wait with an image it cannot pull (or unscheduled, or
+    #: crashing) before the step fails.
+    "stuckGraceSeconds": registry.Param((int, float), default=300, minimum=0),
 }
+
+
+def check(params: dict[str, Any], hook: str) -> None:
+    """A TTL shorter than the poll interval would delete the Job before it is read."""
+    ttl, poll = params["ttlSecondsAfterFinished"], params["pollSeconds"]
+    if ttl < poll:
+        raise registry.ParamError(
+            "ttlSecondsAfterFinished",
+            f"must be at least pollSeconds ({poll:g}): the Job is deleted that long after it"
+            " finishes, before the step would read its outcome",
+        )
 
 
 def _job(ctx: registry.StepContext, name: str) -> objects.JSON:
@@ -52,6 +82,7 @@ def _job(ctx: registry.StepContext, name: str) -> objects.JSON:
         pod_spec["serviceAccountName"] = params["serviceAccountName"]
     spec: dict[str, Any] = {
         "backoffLimit": params["backoffLimit"],
+        "podFailurePolicy": POD_FAILURE_POLICY,
         "ttlSecondsAfterFinished": params["ttlSecondsAfterFinished"],
         "template": {"metadata": {"labels": objects.labels(ctx)}, "spec": pod_spec},
     }
@@ -69,19 +100,43 @@ def _job(ctx: registry.StepContext, name: str) -> objects.JSON:
     }
 
 
-def _log_tail(ctx: registry.StepContext, api: k8s.ApiClient, name: str) -> str:
-    """The end of the newest pod's log; "" when there is no pod or no log (yet)."""
+def _pods(ctx: registry.StepContext, api: k8s.ApiClient, name: str) -> list[objects.JSON]:
+    """The Job's pods, oldest first."""
     ns = ctx.params["namespace"]
-    pods = objects.items(
+    found = objects.items(
         api,
         objects.path("v1", "pods", ns),
         what=f"pods of Job {ns}/{name}",
         selector={JOB_NAME_LABEL: name},
     )
-    if not pods:
+    return sorted(found, key=_age)
+
+
+def _age(pod: objects.JSON) -> tuple[str, bool, str]:
+    """Creation, then whether it was not disrupted, then its end (running: last).
+
+    Timestamps have whole seconds, and a disrupted pod's replacement is made at once, often
+    within the same second: the replacement is the newer one.
+    """
+    status = pod.get("status") or {}
+    disrupted = any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    ends = [
+        ((c.get("state") or {}).get("terminated") or {}).get("finishedAt") or "~"
+        for c in status.get("containerStatuses") or []
+    ]
+    return pod["metadata"].get("creationTimestamp", ""), not disrupted, max(ends, default="~")
+
+
+def _log_tail(ctx: registry.StepContext, api: k8s.ApiClient, name: str) -> str:
+    """The end of the newest pod's log; "" when there is no pod or no log (yet)."""
+    ns = ctx.params["namespace"]
+    found = _pods(ctx, api, name)
+    if not found:
         return ""
-    newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))
-    pod = newest["metadata"]["name"]
+    pod = found[-1]["metadata"]["name"]
     try:
         text = k8s.call(
             k8s.core(api).read_namespaced_pod_log,
@@ -121,18 +176,29 @@ def cleanup(ctx: registry.StepContext) -> None:
         objects.delete(api, path, what=f"Job {ns}/{name}")
 
 
-@registry.step_type("k8s_job", params=PARAMS, cleanup=cleanup)
+def _trouble(ctx: registry.StepContext, api: k8s.ApiClient, name: str) -> pods.Trouble | None:
+    """Why the Job's running pod does not start, if it does not."""
+    running = [
+        p
+        for p in _pods(ctx, api, name)
+        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    ]
+    return pods.trouble(running[-1]) if running else None
+
+
+@registry.step_type("k8s_job", params=PARAMS, check=check, cleanup=cleanup)
 def k8s_job(ctx: registry.StepContext) -> registry.Outcome:
     """Runs a Job and waits for it to finish."""
     api = objects.cluster_api(ctx, ctx.params["cluster"])
     ns, name = ctx.params["namespace"], ctx.object_name()
     what = f"Job {ns}/{name}"
+    path = objects.path(BATCH_API, "jobs", ns, name)
     if not ctx.memo.get("created"):
         objects.ensure(api, objects.path(BATCH_API, "jobs", ns), _job(ctx, name), what=what)
         ctx.memo["created"] = True
-    job = objects.get(api, objects.path(BATCH_API, "jobs", ns, name), what=what)
+    job = objects.get(api, path, what=what)
     if job is None:
-        raise errors.PermanentError(f"{what} was deleted")
+        raise errors.PermanentError(f"{what} was deleted before the step read its outcome")
     status = job.get("status") or {}
     succeeded, failed = int(status.get("succeeded") or 0), int(status.get("failed") or 0)
     output: dict[str, Any] = {
@@ -145,4 +211,12 @@ def k8s_job(ctx: registry.StepContext) -> registry.Outcome:
     if _failed(ctx, job):
         output["log"] = _log_tail(ctx, api, name)
         raise errors.PermanentError(f"{what} failed", output=output)
-    return registry.Poll(after=ctx.params["pollSeconds"], message=f"{what} is running")
+    found = _trouble(ctx, api, name)
+    if pods.stuck(ctx.memo, found, ctx.params["stuckGraceSeconds"]) and found is not None:
+        # Nothing will change by waiting: stop the Job rather than leave its pod waiting.
+        objects.delete(api, path, what=what)
+        raise errors.PermanentError(
+            f"{what} is stuck: {found.describe()}", output={**output, "stuck": found.output()}
+        )
+    message = f"{what} is running" + (f": {found.describe()}" if found else "")
+    return registry.Poll(after=ctx.params["pollSeconds"], message=message)

@@ -2,19 +2,24 @@
 
 Steps name what they create with `ctx.object_name()` and look for it before creating it
 (`ensure`: a 409 on create means an earlier attempt made it, so the existing object is
-read). Every call goes through `workflows.k8s`, which owns timeouts and the error family:
+read). Every call goes through `workflows.kube.k8s`, which owns timeouts and the error family:
 an unreachable API server is a `TemporaryError`, retried by the engine.
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from workflows import k8s, manifests
+from workflows import errors
+from workflows.kube import k8s, manifests
 from workflows.steps import registry
 
 JSON = dict[str, Any]
+
+#: A waiting step fails itself this long before its timeout, to say what it waited for.
+DEADLINE_MARGIN_SECONDS = 3.0
 
 #: Labels on everything the steps create, so an operator can find it (`kubectl get -l`).
 RUN_LABEL = "hooksvc.io/run"
@@ -98,6 +103,10 @@ def check_string_map(value: dict[str, Any]) -> dict[str, str]:
     return value
 
 
+#: The shape of the items of `check_strings` lists and the values of `check_string_map` maps.
+STRING = registry.Param(str)
+
+
 def check_strings(value: list[Any]) -> list[str]:
     """A `Param.check` for lists of strings."""
     for index, item in enumerate(value):
@@ -123,3 +132,21 @@ def inventory_path(api: k8s.ApiClient, entry: Mapping[str, Any]) -> str:
         "metadata": {"name": entry["name"]},
     }
     return manifests.object_path(api, manifest, entry.get("namespace"))
+
+
+def wait_or_fail(
+    ctx: registry.StepContext,
+    *,
+    after: float,
+    message: str,
+    output: Mapping[str, Any],
+    failure: str,
+) -> registry.Poll:
+    """Poll again after `after` seconds; when the step's timeout comes first, look once more
+    just before it, and then fail with `failure` (a fixed text: it reaches CAPI)."""
+    if ctx.deadline is not None:
+        left = (ctx.deadline - datetime.datetime.now(datetime.UTC)).total_seconds()
+        if left <= DEADLINE_MARGIN_SECONDS:
+            raise errors.PermanentError(failure, output=output)
+        after = min(after, left - DEADLINE_MARGIN_SECONDS)
+    return registry.Poll(after=after, message=message, output=output)

@@ -18,6 +18,7 @@ what it needs between polls in `ctx.memo`.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import re
 from collections.abc import Callable, Mapping
@@ -62,10 +63,16 @@ class StepContext:
     memo: dict[str, Any]
     #: 1 for the first attempt, 2 after one failure, ...
     attempt: int
+    #: When the engine fails the step for its timeoutSeconds (None: no timeout, or not
+    #: started yet), so that a step can fail a little before, saying what it waited for.
+    deadline: datetime.datetime | None = None
 
     @classmethod
     def of(cls, run: Run, step: StepRun) -> StepContext:
         """The context of `step` of `run`, for its function or its cleanup."""
+        deadline = None
+        if step.started_at is not None and step.timeout_seconds:
+            deadline = step.started_at + datetime.timedelta(seconds=step.timeout_seconds)
         return cls(
             run_id=run.pk,
             step_name=step.name,
@@ -74,6 +81,7 @@ class StepContext:
             run_context=run.context,
             memo=dict(step.memo),
             attempt=step.failures + 1,
+            deadline=deadline,
         )
 
     def object_name(self, suffix: str = "", max_length: int = 63) -> str:
@@ -115,6 +123,13 @@ class Param:
     minimum: float | None = None
     #: For nested objects and lists of objects: a further check of the value.
     check: Callable[[Any], Any] | None = None
+    #: The shape of a nested value, checked after `check` and published in the CRDs'
+    #: schemas (workflows.definitions.crds): a list's `items`; an object's known `fields`
+    #: (others refused); or a map's `values`, each following one Param. Undeclared, the
+    #: CRD accepts any list or object here and `check` alone judges it.
+    items: Param | None = None
+    fields: Mapping[str, Param] | None = None
+    values: Param | None = None
 
 
 _TYPE_NAMES = {
@@ -150,24 +165,56 @@ def validate_params(schema: Mapping[str, Param], given: Mapping[str, Any]) -> di
             if param.default is not None:
                 result[name] = param.default
             continue
-        value: Any = given[name]
-        kinds = param.kind if isinstance(param.kind, tuple) else (param.kind,)
-        # bool is an int in Python but not in YAML's eyes.
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise ParamError(name, f"must be {_type_name(param.kind)}")
-        if param.choices and value not in param.choices:
-            raise ParamError(name, f"must be one of {', '.join(map(str, param.choices))}")
-        if param.minimum is not None and isinstance(value, int | float) and value < param.minimum:
-            raise ParamError(name, f"must be at least {param.minimum:g}")
-        if param.check is not None:
-            try:
-                value = param.check(value)
-            except ParamError as exc:
-                raise ParamError(
-                    f"{name}.{exc.field}" if exc.field else name, str(exc).split(": ", 1)[-1]
-                ) from None
-        result[name] = value
+        result[name] = _value(param, given[name], name)
     return result
+
+
+def _value(param: Param, value: Any, field: str) -> Any:
+    """One given value of `param` at `field`, checked (and normalized by `check`)."""
+    kinds = param.kind if isinstance(param.kind, tuple) else (param.kind,)
+    # bool is an int in Python but not in YAML's eyes.
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise ParamError(field, f"must be {_type_name(param.kind)}")
+    if param.choices and value not in param.choices:
+        raise ParamError(field, f"must be one of {', '.join(map(str, param.choices))}")
+    if param.minimum is not None and isinstance(value, int | float) and value < param.minimum:
+        raise ParamError(field, f"must be at least {param.minimum:g}")
+    if param.check is not None:
+        try:
+            value = param.check(value)
+        except ParamError as exc:
+            raise ParamError(
+                f"{field}.{exc.field}" if exc.field else field, str(exc).split(": ", 1)[-1]
+            ) from None
+    _shape(param, value, field)
+    return value
+
+
+def _shape(param: Param, value: Any, field: str) -> None:
+    """Check a nested value against the shape `param` declares (items, fields, values)."""
+    if param.items is not None and isinstance(value, list):
+        for index, item in enumerate(value):
+            _item(param.items, item, f"{field}[{index}]")
+    if param.fields is not None and isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(param.fields))
+        if unknown:
+            raise ParamError(f"{field}.{unknown[0]}", "unknown field")
+        for key, nested in param.fields.items():
+            if value.get(key) is None:
+                if nested.required:
+                    raise ParamError(f"{field}.{key}", "is required")
+                continue
+            _value(nested, value[key], f"{field}.{key}")
+    if param.values is not None and isinstance(value, Mapping):
+        for key, item in value.items():
+            _item(param.values, item, f"{field}.{key}")
+
+
+def _item(param: Param, value: Any, field: str) -> None:
+    # A list item or a map's value: nulls are not values there.
+    if value is None:
+        raise ParamError(field, f"must be {_type_name(param.kind)}")
+    _value(param, value, field)
 
 
 StepFunction = Callable[[StepContext], Outcome]
@@ -241,6 +288,12 @@ def find(name: str) -> StepType | None:
 def names() -> list[str]:
     load_builtins()
     return sorted(_REGISTRY)
+
+
+def inline_names() -> list[str]:
+    """The step types that run inline (StepType.inline)."""
+    load_builtins()
+    return sorted(name for name, step in _REGISTRY.items() if step.inline)
 
 
 def validate(name: str, given: Mapping[str, Any], *, hook: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from workflows import services, spec
+from workflows.definitions import apply, spec
 
 
 class Command(BaseCommand):
@@ -40,7 +40,7 @@ class Command(BaseCommand):
         except spec.SpecError as exc:
             raise CommandError("\n".join(f"{filename}: {m}" for m in exc.messages)) from None
         try:
-            report = services.templates_apply(
+            report = apply.templates_apply(
                 documents=documents, prune=options["prune"], dry_run=options["dry_run"]
             )
         except spec.SpecError as exc:

@@ -1,21 +1,33 @@
-"""`manage.py watch_clusters`: start add-on removal for deleted Clusters without a topology.
+"""`manage.py watch_clusters`: the Cluster watcher and the resource controller, one leader.
 
-Runs until killed (see `workflows.watcher`); one replica is enough, and two are harmless.
+Runs until SIGTERM or SIGINT. While it leads (`workflows.controllers.leader`), it starts
+add-on removal for deleted Clusters without a topology (`workflows.controllers.watcher`)
+and keeps the WorkflowTemplate and AddonProfile resources in sync with hooksvc
+(`workflows.controllers.resources`); another replica stands by.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
+from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from workflows import watcher
+from hooksvc import pid1
+from workflows.controllers import leader, resources, watcher
+
+#: The custom resources kept in sync with hooksvc.
+KINDS = ("WorkflowTemplate", "AddonProfile")
 
 
 class Command(BaseCommand):
-    help = "Watch CAPI Clusters and start add-on removal for deleted ones without a topology."
+    help = (
+        "Watch CAPI Clusters (add-on removal for deleted ones without a topology) and keep "
+        "hooksvc's WorkflowTemplate and AddonProfile resources in sync, as one leader."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -32,7 +44,29 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        loop = watcher.Watcher(stop=threading.Event(), timeout_seconds=options["timeout_seconds"])
+        stop = threading.Event()
+        timeout = options["timeout_seconds"]
+
+        def loops(term: threading.Event) -> list[leader.Loop]:
+            return [
+                watcher.Watcher(stop=term, timeout_seconds=timeout),
+                *(resources.Resources(kind, stop=term, timeout_seconds=timeout) for kind in KINDS),
+            ]
+
+        manager = leader.Manager(stop=stop, loops=loops)
+
+        def stopping(signum: int, frame: FrameType | None) -> None:
+            # Setting `stop` ends the manager's wait; the exception ends it at once (Python
+            # runs the handler in the main thread and propagates what it raises, PEP 475):
+            # the manager stops its loops (threads blocked in a watch are daemons) and
+            # frees the lead for a standby. An event cut short is handled again by the next
+            # leader: removal runs are unique per Cluster, and the upserts change nothing twice.
+            stop.set()
+            pid1.leave(0)
+
+        # Also as PID 1 in a container, where an unhandled SIGTERM is ignored.
+        signal.signal(signal.SIGTERM, stopping)
+        signal.signal(signal.SIGINT, stopping)
         if options["port"]:
-            watcher.serve(loop, options["port"])
-        loop.run()
+            watcher.serve(manager, options["port"])
+        manager.run()

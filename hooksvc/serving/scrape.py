@@ -1,0 +1,121 @@
+"""GET /metrics: Prometheus' text format, for every web and worker process at once.
+
+The counters and histograms come from the multiprocess directory (hooksvc/multiproc.py),
+so whichever gunicorn worker answers the scrape reports them all. Two gauges are
+computed here, at scrape time: runs by template and state (one GROUP BY) and the depth
+of the Celery queue in Redis. With HOOKSVC_METRICS_TOKEN set, the scrape must carry
+`Authorization: Bearer <token>`. With HOOKSVC_ADMIN_PORT set, only the admin port serves
+it (hooksvc/serving/middleware.py).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Iterator
+
+import redis
+from django.conf import settings
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+from hooksvc import multiproc
+
+logger = logging.getLogger(__name__)
+
+#: Celery's default queue; kombu's Redis transport keeps it in a list of this name...
+CELERY_QUEUE = "celery"
+#: ...and messages sent with a priority in lists with these suffixes (its priority steps).
+_PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
+
+
+class RunsCollector(Collector):
+    """hooksvc_runs{template,state}: how many runs each template has in each state."""
+
+    def collect(self) -> Iterator[Metric]:
+        from workflows.models import Run
+
+        try:
+            rows = list(
+                Run.objects.order_by()
+                .values_list("template_name", "state")
+                .annotate(count=Count("id"))
+            )
+        except Exception:
+            # The scrape still reports the rest; /readyz and the log say the database is down.
+            logger.warning(
+                "metrics: runs not counted", extra={"action": "metrics_runs_failed"}, exc_info=True
+            )
+            return
+        family = GaugeMetricFamily(
+            "hooksvc_runs", "Workflow runs by template and state.", labels=["template", "state"]
+        )
+        counts = {(template, state): count for template, state, count in rows}
+        # Every state of a template with runs, zeros included, so that a rate or an alert
+        # on one state does not see the series vanish.
+        for template in sorted({template for template, _ in counts}):
+            for state in Run.State.values:
+                family.add_metric([template, state], counts.get((template, state), 0))
+        yield family
+
+
+class QueueCollector(Collector):
+    """hooksvc_celery_queue_depth: wake-ups waiting in Redis for a worker (absent otherwise)."""
+
+    def __init__(self, broker_url: str, queue: str = CELERY_QUEUE) -> None:
+        self.broker_url = broker_url
+        self.queue = queue
+
+    def collect(self) -> Iterator[Metric]:
+        if not self.broker_url.startswith(("redis://", "rediss://", "unix://")):
+            return
+        try:
+            client = redis.Redis.from_url(
+                self.broker_url, socket_timeout=2, socket_connect_timeout=2
+            )
+            try:
+                with client.pipeline(transaction=False) as pipe:
+                    for suffix in _PRIORITY_SUFFIXES:
+                        pipe.llen(self.queue + suffix)
+                    depth = sum(int(n) for n in pipe.execute())
+            finally:
+                client.close()
+        except redis.RedisError:
+            logger.warning(
+                "metrics: queue depth unknown",
+                extra={"action": "metrics_queue_failed"},
+                exc_info=True,
+            )
+            return
+        yield GaugeMetricFamily(
+            "hooksvc_celery_queue_depth",
+            "Messages waiting in the Celery queue for a worker.",
+            value=depth,
+        )
+
+
+def _authorized(request: HttpRequest) -> bool:
+    token: str = settings.METRICS_TOKEN
+    if not token:
+        return True
+    given = request.headers.get("Authorization", "")
+    # Constant time, so that response times do not reveal how much of a guess was right.
+    return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    if not _authorized(request):
+        response = HttpResponse("unauthorized\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="hooksvc metrics"'
+        return response
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(multiproc.directory()))  # type: ignore[no-untyped-call]
+    registry.register(RunsCollector())
+    registry.register(QueueCollector(settings.CELERY_BROKER_URL))
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

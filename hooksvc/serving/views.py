@@ -1,0 +1,193 @@
+"""The Runtime SDK endpoints: Discovery and the nine lifecycle hooks, as plain Django views.
+
+CAPI's rules shape this module: every answer to a well-formed path is HTTP 200 with the
+outcome in the body, because a non-200 falls under the handler's failurePolicy and
+`Ignore` would turn it into a success. So bad input becomes `status: Failure`, and a
+state store that cannot be reached keeps blocking hooks waiting instead of a 5xx.
+
+These were DRF views; DRF's request, negotiation and renderer machinery was a tenth of a
+hook call's CPU and none of it was used (no parser, no authentication, one renderer). The
+responses are the bytes DRF's JSONRenderer wrote, headers included (see `_json`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import DatabaseError, DataError
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from hooksvc import metrics
+from hooksvc.contract import catalog, handlers, wire
+from workflows.hookpath import answers, hookcalls
+
+logger = logging.getLogger(__name__)
+
+#: How long CAPI is asked to wait when hooksvc cannot read its state store.
+STORE_DOWN_RETRY_SECONDS = 10
+MSG_STORE_DOWN = "hooksvc state store is unavailable; holding until it answers"
+MSG_INTERNAL = "hooksvc could not process the request; see the hooksvc logs"
+MSG_UNSTORABLE = "request has values the state store cannot hold"
+
+
+def _json(
+    body: Mapping[str, Any], *, status: int = 200, headers: Mapping[str, str] | None = None
+) -> HttpResponse:
+    """`body` as DRF's JSONRenderer wrote it: compact UTF-8, no NaN, U+2028/U+2029 escaped
+    (so the text is also a JavaScript literal), and the Allow header of a POST-only view."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    response = HttpResponse(
+        text.encode(), status=status, content_type="application/json", headers=headers
+    )
+    response["Allow"] = "POST"
+    return response
+
+
+def _method_not_allowed(request: HttpRequest) -> HttpResponse | None:
+    # CAPI only POSTs: anything else is answered as DRF answered it.
+    if request.method == "POST":
+        return None
+    return _json({"detail": f'Method "{request.method}" not allowed.'}, status=405)
+
+
+def _read_body(request: HttpRequest) -> bytes:
+    """Read at most MAX_BODY_BYTES; a larger body is refused before it is buffered."""
+    declared = request.META.get("CONTENT_LENGTH") or "0"
+    try:
+        length = int(declared)
+    except ValueError:
+        raise wire.BadRequest("Content-Length is not a number") from None
+    if length > wire.MAX_BODY_BYTES:
+        raise wire.BadRequest("request body is larger than 20 MiB")
+    return request.read(length) if length else b""
+
+
+# CAPI authenticates with mutual TLS (when configured), not with Django sessions or CSRF
+# tokens.
+@csrf_exempt
+def discovery(request: HttpRequest) -> HttpResponse:
+    refused = _method_not_allowed(request)
+    if refused is not None:
+        return refused
+    body: dict[str, Any] = {
+        "apiVersion": catalog.API_VERSION,
+        "kind": "DiscoveryResponse",
+        "status": catalog.Status.SUCCESS,
+    }
+    try:
+        wire.check_type_meta(wire.decode(_read_body(request)), "DiscoveryRequest")
+    except wire.BadRequest as exc:
+        body.update(status=catalog.Status.FAILURE, message=str(exc))
+        return _json(body, headers={"Connection": "close"} if _oversized(request) else None)
+    body["handlers"] = [h.discovery_entry() for h in handlers.configured()]
+    return _json(body)
+
+
+def _oversized(request: HttpRequest) -> bool:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0) > wire.MAX_BODY_BYTES
+    except ValueError:
+        return True
+
+
+@csrf_exempt
+def lifecycle_hook(request: HttpRequest, hook_segment: str, handler_name: str) -> HttpResponse:
+    refused = _method_not_allowed(request)
+    if refused is not None:
+        return refused
+    handler = handlers.lookup(hook_segment, handler_name)
+    if handler is None:
+        return _json({"detail": "no such hook handler"}, status=404)
+    started = time.perf_counter()
+    body, headers = _answer(request, handler, started)
+    # Every answer is counted, rejected requests and outages too: a counter update only.
+    metrics.hook_answered(
+        hook=handler.hook.name,
+        handler=handler.name,
+        answer=metrics.hook_answer(body["status"], body.get("retryAfterSeconds", 0)),
+        seconds=time.perf_counter() - started,
+    )
+    return _json(body, headers=headers)
+
+
+def _answer(
+    request: HttpRequest, handler: handlers.Handler, started: float
+) -> tuple[catalog.HookResponse, dict[str, str] | None]:
+    hook = handler.hook
+    try:
+        call = wire.parse_hook_call(hook, _read_body(request))
+    except wire.BadRequest as exc:
+        logger.info(
+            "hook request rejected",
+            extra={"action": "hook_rejected", "hook": hook.name, "reason": str(exc)},
+        )
+        # An oversized body is left unread: close the connection rather than drain it.
+        headers = {"Connection": "close"} if _oversized(request) else None
+        return catalog.response(hook, catalog.Status.FAILURE, str(exc)), headers
+    try:
+        answer = answers.answer(call, handler_name=handler.name)
+    except DataError:
+        # The values, not the store, are at fault (wire.py should have refused them):
+        # holding with "store unavailable" would wait forever for an outage that is not.
+        logger.warning(
+            "hook request has values the state store refused",
+            extra={"action": "hook_unstorable", **_cluster_fields(call)},
+            exc_info=True,
+        )
+        return catalog.response(hook, catalog.Status.FAILURE, MSG_UNSTORABLE), None
+    except DatabaseError:
+        logger.exception(
+            "state store unavailable during hook call",
+            extra={"action": "hook_store_down", **_cluster_fields(call)},
+        )
+        if hook.blocking:
+            return catalog.response(
+                hook, catalog.Status.SUCCESS, MSG_STORE_DOWN, STORE_DOWN_RETRY_SECONDS
+            ), None
+        return catalog.response(hook, catalog.Status.FAILURE, MSG_STORE_DOWN), None
+    except Exception:
+        logger.exception(
+            "hook call failed", extra={"action": "hook_error", **_cluster_fields(call)}
+        )
+        return catalog.response(hook, catalog.Status.FAILURE, MSG_INTERNAL), None
+    latency_ms = round((time.perf_counter() - started) * 1000, 2)
+    try:
+        hookcalls.record(
+            call=call,
+            handler=handler.name,
+            status=answer.status,
+            message=answer.message,
+            retry_after=answer.retry_after if hook.blocking else None,
+            latency_ms=latency_ms,
+        )
+    except DatabaseError:
+        # The answer stands; only its record in the admin is missing.
+        logger.warning(
+            "hook call not recorded",
+            extra={"action": "hook_record_failed", **_cluster_fields(call)},
+        )
+    logger.info(
+        "hook answered",
+        extra={
+            "action": "hook_answered",
+            **_cluster_fields(call),
+            "status": answer.status,
+            "retry_after": answer.retry_after,
+            "runs": list(answer.runs),
+            "duration_ms": latency_ms,
+        },
+    )
+    return catalog.response(hook, answer.status, answer.message, answer.retry_after), None
+
+
+def _cluster_fields(call: wire.HookCall) -> dict[str, str]:
+    return {
+        "hook": call.hook.name,
+        "cluster": f"{call.cluster.namespace}/{call.cluster.name}",
+    }

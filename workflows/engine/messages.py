@@ -1,0 +1,103 @@
+"""Every deterministic message the engine writes on runs and steps, and so answers to CAPI.
+
+CAPI copies a hook's message into the Cluster's conditions, so these hold no timestamps,
+durations, counters or raw errors, and no secrets: only names, states and fixed words.
+Hints name the operator's command (`manage.py workflows ...`) that moves a run on.
+Step types write their own progress and error messages (workflows/steps/).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+#: The longest message a run or step row keeps (their `message` columns).
+MAX_LENGTH = 500
+
+
+def fit(message: str) -> str:
+    """`message` cut to what the row keeps."""
+    return message[:MAX_LENGTH]
+
+
+# --- A run's message: what the hook answers while the run holds the lifecycle -------------
+
+
+def run_starting(name: str) -> str:
+    return f"workflow {name} is starting"
+
+
+def run_running(name: str) -> str:
+    return f"workflow {name} is running"
+
+
+def run_running_step(name: str, step: str) -> str:
+    return f"workflow {name} is running step {step}"
+
+
+def run_waiting_at_step(name: str, waiting: str, step: str) -> str:
+    """A step of a type that declares how it waits (`waiting for approval`)."""
+    return f"workflow {name} is {waiting} at step {step}"
+
+
+def run_failed_at_step(run_id: int, name: str, step: str, reason: str) -> str:
+    return fit(
+        f"workflow {name} failed at step {step}: {reason}; "
+        f"retry it with `manage.py workflows retry {run_id} --step {step}`"
+    )
+
+
+def run_cancelled(run_id: int, name: str) -> str:
+    return (
+        f"workflow {name} was cancelled by an operator; "
+        f"retry it with `manage.py workflows retry {run_id}` or release the hold"
+    )
+
+
+def run_missed_deadline(name: str) -> str:
+    return f"workflow {name} did not finish before its deadline"
+
+
+def run_holding_past_deadline(name: str, message: str) -> str:
+    return f"workflow {name} passed its deadline; holding: {message}"
+
+
+def waiting_for_workflow(name: str, other: str) -> str:
+    return f"workflow {name} is waiting for workflow {other} to finish"
+
+
+def waiting_for_failed_workflow(name: str, other: str, state: str) -> str:
+    return f"workflow {name} is waiting for workflow {other}, which {state}; retry or release it"
+
+
+def waiting_for_slot(name: str, limit: int) -> str:
+    return f"workflow {name} is waiting for a free slot (at most {limit} at once)"
+
+
+def wait_cycle(cycle: Sequence[str]) -> str:
+    return f"workflows wait for each other in a cycle: {' -> '.join(cycle)}; fix their waitFor"
+
+
+# --- A step's message -----------------------------------------------------------------------
+
+
+def step_timed_out(seconds: int) -> str:
+    return f"timed out after {seconds} s"
+
+
+def step_unexpected_error(error: BaseException) -> str:
+    # The class name only: the exception's text may hold hosts, tokens or timestamps.
+    return f"unexpected error ({type(error).__name__}); see hooksvc logs"
+
+
+STEP_SKIPPED = "skipped by an operator"
+
+
+# --- Events of a run (RunEvent.message) -----------------------------------------------------
+
+
+def cleanup_ran(state: str, step: str) -> str:
+    return f"cleanup of {state} step {step} ran"
+
+
+def cleanup_failed(state: str, step: str) -> str:
+    return f"cleanup of {state} step {step} failed; see hooksvc logs"

@@ -1,0 +1,71 @@
+"""Batched polls: a worker claims due waiting steps together and polls them in one go.
+
+A waiting step due at least POLL_BATCH_MIN_WAIT_SECONDS ahead gets no countdown message
+(attempts.needs_countdown); beat's `workflows.poll_due` finds it by its due_at instead.
+A batch goes through the one attempt path (workflows.engine.attempts) with many steps at
+once: it claims up to POLL_BATCH_SIZE due waiting steps by lease in one statement
+(POLL_LEASE_SECONDS, extended by the heartbeat while the batch runs), calls each step's
+function with no transaction open, and records the repeated polls in one statement, by
+lease (an operator's approve, skip or cancel meanwhile ends the lease and wins). Any
+other outcome (done, failure, retry, timeout) is recorded as a countdown's is, in its
+run's scheduling transaction, which then advances the run. A batch past half its lease
+hands back what it has not polled (due at once), so it never starts a poll whose lease
+is about to pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+from collections import defaultdict
+
+from django.conf import settings
+
+from workflows.engine import attempts, clock, dispatch, leases, scheduling
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchReport:
+    claimed: int
+    polled: int
+    #: Steps whose poll ended them (done, or failed for good).
+    finished: int
+
+
+def poll_due(limit: int | None = None) -> BatchReport:
+    """Claim up to `limit` due waiting steps of running runs, poll each once, record it."""
+    limit = limit or settings.POLL_BATCH_SIZE
+    lease_seconds = settings.POLL_LEASE_SECONDS
+    now = clock.now()
+    claimed = attempts.claim(limit=limit, lease_seconds=lease_seconds, now=now)
+    if len(claimed) >= limit:
+        # More may be due: another worker process takes the next batch meanwhile.
+        dispatch.next_batch()
+    stop_at = now + datetime.timedelta(seconds=lease_seconds / 2)
+    results: list[attempts.Result] = []
+    with leases.heartbeat.hold([a.lease for a in claimed]):
+        for attempt in claimed:
+            at = clock.now()
+            if at >= stop_at:
+                results.append(attempts.hand_back(attempt, at=at))
+            else:
+                results.append(attempts.run(attempt, at=at))
+        attempts.record(r for r in results if r.repeats)
+    # Every other outcome moves its step: recorded under its run's lock, then the run goes on.
+    moved: dict[int, list[attempts.Result]] = defaultdict(list)
+    for result in results:
+        if not result.repeats:
+            moved[result.attempt.run.pk].append(result)
+    for run_id, outcomes in moved.items():
+        scheduling.advance(run_id, outcomes)
+    polled = sum(1 for r in results if r.outcome is not None)
+    finished = sum(1 for rs in moved.values() for r in rs if attempts.decide(r).finished)
+    if claimed:
+        logger.debug(
+            "batch polled",
+            extra={"action": "poll_batch", "claimed": len(claimed), "polled": polled},
+        )
+    return BatchReport(claimed=len(claimed), polled=polled, finished=finished)

@@ -1,0 +1,292 @@
+"""Every hand-written SQL statement of the hook path and the engine, in one place.
+
+These run where the ORM cost more CPU than PostgreSQL spent (the hook path's poll), or
+where one statement must do what the ORM would do in several (a batch's claim and its
+write-back). Each statement's column list is built from one tuple, which the caller also
+uses to name the values of a returned row. Table names are Django's defaults for the
+models in workflows/models.py; the column tuples hold names only, never input, so
+building the text from them is safe (values always go as parameters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import connection
+
+from workflows.models import Run, StepRun
+
+
+def _columns(alias: str, names: Sequence[str]) -> str:
+    return ", ".join(f"{alias}.{name}" for name in names)
+
+
+def rows(
+    statement: str, params: Sequence[Any] | Mapping[str, Any], names: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Run `statement` and name each returned row's values by `names`."""
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def execute(statement: str, params: Sequence[Any] = ()) -> int:
+    """Run `statement`; the number of rows it changed."""
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return int(cursor.rowcount)
+
+
+# --- The hook path --------------------------------------------------------------------------
+
+#: A template's columns the hook path reads.
+TEMPLATE_COLUMNS = ("id", "name", "spec", "generation")
+#: A run's columns an answer needs (hookpath.answers.render).
+RUN_ANSWER_COLUMNS = (
+    "id",
+    "template_name",
+    "spec",
+    "state",
+    "message",
+    "deadline_at",
+    "deadline_exceeded",
+    "released",
+    "wake_at",
+)
+#: What the answer's retryAfterSeconds needs of each of a run's due steps
+#: (hookpath.retry.StepTimes): times as seconds since the epoch.
+STEP_TIMES_COLUMNS = ("state", "type", "due_at", "started_at", "timeout_seconds")
+
+
+def _step_time(name: str) -> str:
+    return f"extract(epoch FROM s.{name})" if name.endswith("_at") else f"s.{name}"
+
+
+#: The steady-state poll, written out: compiling the equivalent ORM query (a FilteredRelation
+#: join) cost more CPU than PostgreSQL spends running it. Runs are joined by their template's
+#: name, as the unique constraint (workflows_run_moment_uniq) keys them: a template deleted
+#: and made again under the same name still finds its runs in this one query. Each run's due
+#: steps come along as one JSON array of STEP_TIMES_COLUMNS (an index scan of its step rows),
+#: so that the answer can say when the run can next change without a second query.
+#: Parameters: cluster key, moment, hook. Columns: TEMPLATE_COLUMNS,
+#: then RUN_ANSWER_COLUMNS (all NULL where the template has no run for this moment), then
+#: the steps' array (NULL when none is due).
+TEMPLATES_AND_RUNS = (
+    f"SELECT {_columns('t', TEMPLATE_COLUMNS)}, {_columns('r', RUN_ANSWER_COLUMNS)}, st.steps"  # noqa: S608  # nosec B608
+    " FROM workflows_workflowtemplate t LEFT OUTER JOIN workflows_run r"
+    " ON r.template_name = t.name AND r.hook = t.hook AND r.cluster_key = %s"
+    " AND r.moment = %s"
+    " LEFT JOIN LATERAL (SELECT json_agg(json_build_array("
+    f"{', '.join(_step_time(c) for c in STEP_TIMES_COLUMNS)})) AS steps"
+    " FROM workflows_steprun s WHERE s.run_id = r.id"
+    f" AND s.state IN ({', '.join(repr(str(s)) for s in StepRun.DUE)})) st ON true"
+    " WHERE t.hook = %s ORDER BY t.name"
+)
+
+# --- Scheduling -----------------------------------------------------------------------------
+
+#: The columns scheduling reads of a run and of its steps: not what only a step's own
+#: attempt reads (the run's context; a step's params, memo and output, JSON to decode).
+SCHEDULE_RUN_COLUMNS = tuple(
+    str(f.column) for f in Run._meta.concrete_fields if f.name not in ("context",)
+)
+SCHEDULE_STEP_COLUMNS = tuple(
+    str(f.column)
+    for f in StepRun._meta.concrete_fields
+    if f.name not in ("params", "memo", "output")
+)
+
+#: Lock a run's row and read it with its steps (in their order), in one round trip; it
+#: also sets this transaction's synchronous_commit (parameter `commit`, on or off).
+#: Parameters: commit, run. Columns: SCHEDULE_RUN_COLUMNS, then SCHEDULE_STEP_COLUMNS
+#: (NULL for a run without steps yet).
+LOCK_RUN = f"""
+    SELECT {_columns("r", SCHEDULE_RUN_COLUMNS)}, {_columns("s", SCHEDULE_STEP_COLUMNS)}
+    FROM (SELECT set_config('synchronous_commit', %(commit)s, true)) AS c,
+        workflows_run AS r LEFT JOIN workflows_steprun AS s ON s.run_id = r.id
+    WHERE r.id = %(run)s
+    ORDER BY s.position
+    FOR UPDATE OF r
+"""  # noqa: S608  # nosec B608
+
+#: Serialises one template's starts (parameter: its name) until the transaction ends, so two
+#: workers never both take the last slot of its concurrency budget.
+BUDGET_LOCK = "SELECT pg_advisory_xact_lock(hashtext('budget:' || %s))"
+
+# --- Attempts: claim by lease, record by lease --------------------------------------------
+
+#: The step columns an attempt reads when it claims its step.
+CLAIM_STEP_COLUMNS = (
+    "id",
+    "run_id",
+    "name",
+    "type",
+    "state",
+    "params",
+    "timeout_seconds",
+    "retries",
+    "failures",
+    "started_at",
+    "due_at",
+    "memo",
+    "output",
+    "message",
+    "claims",
+)
+#: The run columns an attempt reads: not its spec (large).
+CLAIM_RUN_COLUMNS = ("context", "hook", "cluster_namespace", "cluster_name", "template_name")
+#: The JSON columns of both, which a raw cursor returns as text.
+CLAIM_JSON_COLUMNS = frozenset({"params", "memo", "output", "context"})
+
+#: A step is claimable when it is due, its lease is free or has passed, and its run runs.
+_CLAIMABLE = """
+    {step}.state IN ('ready', 'waiting') AND {step}.due_at <= %(now)s
+    AND ({step}.lease_owner = '' OR {step}.lease_expires_at <= %(now)s)
+    AND {run}.state = 'running'
+"""
+
+
+def _claim(selection: str) -> str:
+    """Lease the selected steps in one compare-and-set UPDATE and return what attempts need.
+
+    The selection is evaluated once (a materialized CTE: as a subquery, PostgreSQL may run
+    it again per row, and a LIMIT would then claim more). The claimable condition is
+    checked again on each row as updated: a row that another claim leased meanwhile (it
+    waited for that transaction) is left out.
+    """
+    return f"""
+        WITH selected AS MATERIALIZED ({selection})
+        UPDATE workflows_steprun AS s
+        SET lease_owner = %(owner)s, lease_expires_at = %(expires)s, claims = s.claims + 1
+        FROM workflows_run AS r
+        WHERE r.id = s.run_id AND s.id IN (SELECT id FROM selected)
+        AND {_CLAIMABLE.format(step="s", run="r")}
+        RETURNING {_columns("s", CLAIM_STEP_COLUMNS)}, {_columns("r", CLAIM_RUN_COLUMNS)}
+    """  # noqa: S608  # nosec B608
+
+
+#: Claim the given steps (parameter `ids`) that are claimable. Parameters: ids, now, owner,
+#: expires. Columns: CLAIM_STEP_COLUMNS, then CLAIM_RUN_COLUMNS.
+CLAIM_STEPS = _claim("SELECT unnest(%(ids)s::bigint[]) AS id")
+
+#: Promote the given pending steps (their dependencies are done: the caller holds their
+#: run's lock and checked) and claim them in the same UPDATE. Parameters as CLAIM_STEPS.
+CLAIM_PROMOTED = f"""
+    UPDATE workflows_steprun AS s
+    SET state = 'ready', due_at = %(now)s,
+        lease_owner = %(owner)s, lease_expires_at = %(expires)s, claims = s.claims + 1
+    FROM workflows_run AS r
+    WHERE r.id = s.run_id AND s.id = ANY(%(ids)s::bigint[]) AND s.state = 'pending'
+    AND r.state = 'running'
+    RETURNING {_columns("s", CLAIM_STEP_COLUMNS)}, {_columns("r", CLAIM_RUN_COLUMNS)}
+"""  # noqa: S608  # nosec B608
+
+#: Claim up to `limit` claimable waiting steps, most overdue first (the batch poller). SKIP
+#: LOCKED passes over rows another transaction holds. Parameters: limit, now, owner, expires.
+CLAIM_DUE_WAITING = _claim(
+    f"""
+    SELECT c.id FROM workflows_steprun AS c JOIN workflows_run AS cr ON cr.id = c.run_id
+    WHERE c.state = 'waiting' AND {_CLAIMABLE.format(step="c", run="cr")}
+    ORDER BY c.due_at
+    LIMIT %(limit)s
+    FOR UPDATE OF c SKIP LOCKED
+    """  # noqa: S608  # nosec B608
+)
+
+#: One statement for the common step of a chain: lock the run (it must be running), record
+#: a step's success by lease, and promote and claim the pending steps of the given (inline)
+#: types that this success makes due, every other dependency done. A dependent it cannot
+#: promote alone (another dependency recorded meanwhile) is left to the run's scheduling.
+#: Parameters: run, commit (synchronous_commit: on or off), id, token, owner, memo and
+#: output (JSON text), started_at, finished_at, now, expires, inline. Returns no row when
+#: the run is not running; else one row per claimed step, or one with NULL step columns:
+#: the number of steps recorded (1, or 0 when the lease was lost), CLAIM_STEP_COLUMNS,
+#: CLAIM_RUN_COLUMNS.
+SUCCEED_AND_CLAIM_NEXT = f"""
+    WITH locked AS MATERIALIZED (
+        SELECT r.id, {_columns("r", CLAIM_RUN_COLUMNS)},
+            set_config('synchronous_commit', %(commit)s, true)
+        FROM workflows_run AS r WHERE r.id = %(run)s AND r.state = 'running'
+        FOR UPDATE OF r
+    ), recorded AS (
+        UPDATE workflows_steprun AS s
+        SET state = 'succeeded', memo = %(memo)s::jsonb, output = %(output)s::jsonb,
+            message = '', started_at = %(started_at)s, finished_at = %(finished_at)s,
+            due_at = NULL, lease_owner = '', lease_expires_at = NULL
+        FROM locked
+        WHERE s.id = %(id)s AND s.run_id = locked.id AND s.claims = %(token)s
+        AND s.lease_owner = %(owner)s AND s.state IN ('ready', 'waiting')
+        RETURNING s.id, s.name, s.run_id
+    ), promoted AS (
+        UPDATE workflows_steprun AS p
+        SET state = 'ready', due_at = %(now)s, lease_owner = %(owner)s,
+            lease_expires_at = %(expires)s, claims = p.claims + 1
+        FROM recorded
+        WHERE p.run_id = recorded.run_id AND p.state = 'pending'
+        AND p.type = ANY(%(inline)s::text[]) AND p.depends_on ? recorded.name
+        AND NOT EXISTS (
+            SELECT 1 FROM jsonb_array_elements_text(p.depends_on) AS d(name)
+            WHERE d.name <> recorded.name AND NOT EXISTS (
+                SELECT 1 FROM workflows_steprun AS q
+                WHERE q.run_id = p.run_id AND q.name = d.name
+                AND q.state IN ('succeeded', 'skipped')
+            )
+        )
+        RETURNING {_columns("p", CLAIM_STEP_COLUMNS)}
+    )
+    SELECT (SELECT count(*) FROM recorded), {_columns("promoted", CLAIM_STEP_COLUMNS)},
+        {_columns("locked", CLAIM_RUN_COLUMNS)}
+    FROM locked LEFT JOIN promoted ON true
+"""  # noqa: S608  # nosec B608
+
+#: What a repeated poll writes back, by column: (name, array type, how it is written).
+#: A NULL leaves the column as it is; the lease is released in the same statement.
+_REPEAT_COLUMNS = (
+    ("due_at", "timestamptz", "v.due_at"),
+    ("memo", "jsonb", "COALESCE(v.memo, s.memo)"),
+    ("message", "varchar", "COALESCE(v.message, s.message)"),
+    ("output", "jsonb", "COALESCE(v.output, s.output)"),
+    ("started_at", "timestamptz", "COALESCE(s.started_at, v.started_at)"),
+)
+#: The arrays RECORD_REPEATS takes, in order: step ids, their tokens, then one per column.
+RECORD_REPEAT_ARRAYS = ("id", "claims", *(name for name, _, _ in _REPEAT_COLUMNS))
+
+#: Record repeated polls of waiting steps (and hand back unpolled ones) in one statement,
+#: only where the row still carries the attempt's lease (token and owner); the rows are
+#: locked in id order first, as operators lock a run's steps, so the two never deadlock.
+#: Parameters: one array per RECORD_REPEAT_ARRAYS, the owner. Returns the ids written.
+RECORD_REPEATS = f"""
+    WITH v AS (
+        SELECT * FROM unnest(%s::bigint[], %s::bigint[], {
+    ", ".join(f"%s::{kind}[]" for _, kind, _ in _REPEAT_COLUMNS)
+}) AS v({", ".join(RECORD_REPEAT_ARRAYS)})
+    ), locked AS MATERIALIZED (
+        SELECT s.id FROM workflows_steprun AS s JOIN v ON v.id = s.id
+        WHERE s.claims = v.claims AND s.lease_owner = %s AND s.state = 'waiting'
+        ORDER BY s.id FOR UPDATE OF s
+    )
+    UPDATE workflows_steprun AS s SET
+        {", ".join(f"{name} = {value}" for name, _, value in _REPEAT_COLUMNS)},
+        lease_owner = '', lease_expires_at = NULL
+    FROM v WHERE s.id = v.id AND s.id IN (SELECT id FROM locked)
+    RETURNING s.id
+"""  # noqa: S608  # nosec B608
+
+#: Extend this process' leases (the heartbeat), skipping rows another transaction holds.
+#: Parameters: step ids, their tokens, the new expiries, the owner. Rows locked in id order.
+EXTEND_LEASES = """
+    WITH v AS (
+        SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[])
+            AS v(id, claims, expires)
+    ), locked AS MATERIALIZED (
+        SELECT s.id FROM workflows_steprun AS s JOIN v ON v.id = s.id
+        WHERE s.claims = v.claims AND s.lease_owner = %s
+        ORDER BY s.id FOR UPDATE OF s SKIP LOCKED
+    )
+    UPDATE workflows_steprun AS s SET lease_expires_at = v.expires
+    FROM v WHERE s.id = v.id AND s.id IN (SELECT id FROM locked)
+"""
+
+#: This transaction's commit does not wait for the disk: a crash may lose it.
+ASYNCHRONOUS_COMMIT = "SET LOCAL synchronous_commit TO OFF"

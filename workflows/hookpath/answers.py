@@ -1,0 +1,105 @@
+"""The answer to a hook call: ensure the runs it starts, then answer from their state.
+
+`answer` is what the hook view calls: pick the matching templates, ensure one run per
+template for this cluster and moment (workflows.hookpath.runs), and combine the runs'
+answers as CAPI combines extensions. No slow work: a steady-state poll is one query.
+`render` is a pure function of a run's recorded state and the clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+from collections.abc import Iterable, Sequence
+
+from hooksvc.contract import catalog, wire
+from workflows.engine import clock, messages
+from workflows.hookpath import retry
+from workflows.hookpath import runs as hook_runs
+from workflows.models import Run
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    status: catalog.Status
+    message: str = ""
+    retry_after: int = 0
+    #: The runs the answer comes from, for the log line that links a hook call to its runs.
+    runs: tuple[int, ...] = dataclasses.field(default=(), compare=False)
+
+
+PROCEED = Answer(catalog.Status.SUCCESS)
+
+
+def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
+    """Ensure the runs `call` starts and answer from their state."""
+    templates, found, due = hook_runs.templates_and_runs(call)
+    if not templates:
+        return PROCEED
+    cycle = hook_runs.wait_cycle(templates)
+    if cycle:
+        # The runs would wait for each other for ever: start none and say why.
+        logger.warning(
+            "templates wait for each other in a cycle",
+            extra={"action": "wait_cycle", "cycle": cycle, "hook": call.hook.name},
+        )
+        if not call.hook.blocking:
+            return PROCEED
+        return Answer(catalog.Status.FAILURE, messages.wait_cycle(cycle))
+    runs = hook_runs.runs_ensure(templates=templates, call=call, found=found)
+    run_ids = tuple(r.pk for r in runs)
+    if not call.hook.blocking:
+        return dataclasses.replace(PROCEED, runs=run_ids)
+    now = clock.now()
+    rendered = [render(run, now, due.get(run.template_name, ())) for run in runs]
+    return dataclasses.replace(combine(rendered), runs=run_ids)
+
+
+def render(run: Run, now: datetime.datetime, steps: Sequence[retry.StepTimes] = ()) -> Answer:
+    """The answer one run gives: a pure function of its recorded state, its due `steps` and
+    the clock. Only the number moves with the steps (workflows.hookpath.retry)."""
+    spec = run.spec
+    name = run.template_name
+    if run.released or run.state == Run.State.SUCCEEDED:
+        return PROCEED
+    if spec.get("holdsLifecycle", True) is False:
+        # A background run (add-on removal under RemovePolicies): it never holds CAPI.
+        return PROCEED
+    past_deadline = run.deadline_exceeded or (
+        run.deadline_at is not None and now >= run.deadline_at
+    )
+    on_deadline = spec.get("onDeadline", "Block")
+    if past_deadline and on_deadline == "Proceed":
+        return PROCEED
+    if past_deadline and on_deadline == "Fail":
+        return Answer(catalog.Status.FAILURE, messages.run_missed_deadline(name))
+    if run.state in (Run.State.FAILED, Run.State.CANCELLED):
+        if spec.get("onFailure", "Block") == "Fail":
+            return Answer(catalog.Status.FAILURE, run.message)
+        # Only a person changes it now (retry, release): the template's value.
+        return Answer(catalog.Status.SUCCESS, run.message, retry.template_seconds(spec))
+    wait = retry.run_seconds(run, steps, now)
+    if past_deadline:
+        return Answer(
+            catalog.Status.SUCCESS, messages.run_holding_past_deadline(name, run.message), wait
+        )
+    return Answer(catalog.Status.SUCCESS, run.message or messages.run_running(name), wait)
+
+
+def combine(answers: Iterable[Answer]) -> Answer:
+    """Combine answers the way CAPI combines extensions: any Failure fails; lowest wait wins."""
+    answers = list(answers)
+    failures = [a for a in answers if a.status == catalog.Status.FAILURE]
+    if failures:
+        return Answer(catalog.Status.FAILURE, "; ".join(a.message for a in failures))
+    waiting = [a for a in answers if a.retry_after > 0]
+    if not waiting:
+        return PROCEED
+    return Answer(
+        catalog.Status.SUCCESS,
+        "; ".join(a.message for a in waiting),
+        min(a.retry_after for a in waiting),
+    )

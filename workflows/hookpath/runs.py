@@ -1,0 +1,145 @@
+"""Find or create a hook call's runs: one run per (template, cluster, moment), for good.
+
+`templates_and_runs` reads the hook's templates that match the call, their runs for this
+moment and those runs' due steps in one query (a steady-state poll is that query alone).
+`runs_ensure` creates the missing runs with an insert that the unique constraint arbitrates
+(fifty concurrent calls make one run), and wakes the engine once they commit. The Cluster
+watcher calls `runs_ensure` too, for deleted Clusters that CAPI calls no hook for.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+
+from hooksvc.contract import wire
+from workflows.definitions import spec
+from workflows.engine import clock, dispatch, messages, sql
+from workflows.hookpath import retry, selection
+from workflows.models import Run, WorkflowTemplate
+
+RUN_CONSTRAINT = "workflows_run_moment_uniq"
+
+
+def wait_cycle(templates: Sequence[WorkflowTemplate]) -> list[str]:
+    """A waitFor cycle among `templates` (names, as a path), [] if none; pure, no query.
+
+    apply_workflows refuses dependsOn cycles of add-on profiles, but rows edited by hand
+    (or applied one at a time) can still wait for each other.
+    """
+    graph = {t.name: list(t.spec.get("waitFor") or []) for t in sorted(templates, key=_name)}
+    return spec.cycle(graph)
+
+
+def _name(template: WorkflowTemplate) -> str:
+    return template.name
+
+
+def templates_and_runs(
+    call: wire.HookCall,
+) -> tuple[list[WorkflowTemplate], dict[str, Run], dict[str, list[retry.StepTimes]]]:
+    """The hook's templates that match `call`, their runs for this moment and those runs' due
+    steps (by template name), in one query."""
+    hook = call.hook.name
+    with connection.cursor() as cursor:
+        cursor.execute(sql.TEMPLATES_AND_RUNS, (call.cluster.key, selection.moment_key(call), hook))
+        rows = cursor.fetchall()
+    templates: list[WorkflowTemplate] = []
+    found: dict[str, Run] = {}
+    steps: dict[str, list[retry.StepTimes]] = {}
+    width = len(sql.TEMPLATE_COLUMNS)
+    for row in rows:
+        template = dict(zip(sql.TEMPLATE_COLUMNS, row[:width], strict=True))
+        template["spec"] = _decode_json(template["spec"])
+        if not selection.matches(template["spec"], call):
+            continue
+        templates.append(WorkflowTemplate(hook=hook, **template))
+        run = dict(zip(sql.RUN_ANSWER_COLUMNS, row[width:-1], strict=True))
+        if run["id"] is not None:
+            run["spec"] = _decode_json(run["spec"])
+            found[template["name"]] = Run(**run)
+            steps[template["name"]] = retry.step_times(_decode_json(row[-1]))
+    return templates, found, steps
+
+
+def _decode_json(value: Any) -> Any:
+    # PostgreSQL's jsonb comes as text through Django's connection (JSONField decodes it);
+    # SQLite's JSON is text too.
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def runs_ensure(
+    *,
+    templates: Sequence[WorkflowTemplate],
+    call: wire.HookCall,
+    found: dict[str, Run] | None = None,
+) -> list[Run]:
+    """One run per template for this cluster and moment: found, or created exactly once."""
+    moment = selection.moment_key(call)
+    key = call.cluster.key
+    if found is None:
+        found = {
+            r.template_name: r
+            for r in Run.objects.filter(
+                hook=call.hook.name,
+                cluster_key=key,
+                moment=moment,
+                template_name__in=[t.name for t in templates],
+            ).only(*sql.RUN_ANSWER_COLUMNS)
+        }
+    created: list[int] = []
+    for template in templates:
+        if template.name in found:
+            continue
+        run = _run_insert(template, call, moment)
+        if run is None:  # another call created it first, or a template of the same name did
+            run = Run.objects.only(*sql.RUN_ANSWER_COLUMNS).get(
+                template_name=template.name, hook=call.hook.name, cluster_key=key, moment=moment
+            )
+        else:
+            created.append(run.pk)
+        found[template.name] = run
+    # After commit: if the broker is down, the reconciler starts them (they are due now).
+    dispatch.advance(created)
+    return [found[t.name] for t in templates]
+
+
+def _run_insert(template: WorkflowTemplate, call: wire.HookCall, moment: str) -> Run | None:
+    now = clock.now()
+    deadline = template.spec.get("deadlineSeconds")
+    try:
+        with transaction.atomic():
+            return Run.objects.create(
+                template=template,
+                template_name=template.name,
+                template_generation=template.generation,
+                spec=template.spec,
+                hook=call.hook.name,
+                cluster_key=call.cluster.key,
+                cluster_namespace=call.cluster.namespace,
+                cluster_name=call.cluster.name,
+                moment=moment,
+                context=selection.run_context(call),
+                message=messages.run_starting(template.name),
+                deadline_at=now + datetime.timedelta(seconds=deadline) if deadline else None,
+                # Due now: if the wake-up message is lost, the reconciler starts it.
+                wake_at=now,
+            )
+    except IntegrityError as exc:
+        if _is_run_conflict(exc):
+            return None
+        raise
+
+
+def _is_run_conflict(exc: IntegrityError) -> bool:
+    """True only for the one-run-per-moment constraint; any other violation is a bug."""
+    cause = exc.__cause__
+    diag = getattr(cause, "diag", None)
+    if diag is not None:
+        return getattr(diag, "constraint_name", None) == RUN_CONSTRAINT
+    # SQLite (the embedded development database) names the columns instead.
+    return "workflows_run.template_name" in str(cause)

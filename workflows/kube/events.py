@@ -1,0 +1,61 @@
+"""Kubernetes Events on the CAPI Cluster for each run's start, success and failure.
+
+`kubectl describe cluster` then tells the story next to CAPI's own events. The worker emits
+them (never the hook path): the engine enqueues the `workflows.cluster_event` task after the
+transition commits, and the task calls `emit`. Best effort: an unreachable API server is
+retried a few times by the task, anything else is logged and dropped, and without a
+management cluster (no kubeconfig, not in a Pod: `make run` on a laptop) it logs once and
+skips. Reasons and messages are deterministic, so a repeat bumps the same Event's count.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from workflows.kube import k8s
+from workflows.models import Run
+
+logger = logging.getLogger(__name__)
+
+STARTED, SUCCEEDED, FAILED = "started", "succeeded", "failed"
+REASONS = {
+    STARTED: "HooksvcWorkflowStarted",
+    SUCCEEDED: "HooksvcWorkflowSucceeded",
+    FAILED: "HooksvcWorkflowFailed",
+}
+
+_skipped_logged = False
+
+
+def message(run: Run, outcome: str) -> str:
+    """`workflow backup-before-upgrade started for BeforeClusterUpgrade v1.33.0`."""
+    moment = f" {run.moment}" if run.moment else ""
+    text = f"workflow {run.template_name} {outcome} for {run.hook}{moment}"
+    if outcome == FAILED:
+        failed = run.steps.filter(state="failed").order_by("position").first()
+        text += f" at step {failed.name}" if failed else ""
+    return text
+
+
+def emit(run_id: int, outcome: str) -> None:
+    """Record the run's `outcome` as an Event on its Cluster; K8sErrors propagate."""
+    global _skipped_logged
+    if not k8s.management_configured():
+        if not _skipped_logged:
+            _skipped_logged = True
+            logger.info(
+                "no management cluster configured; Cluster events are not emitted",
+                extra={"action": "cluster_events_off"},
+            )
+        return
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:  # deleted since (a test database, an operator)
+        return
+    k8s.emit_event(
+        namespace=run.cluster_namespace,
+        cluster_name=run.cluster_name,
+        cluster_uid=str((run.context.get("cluster") or {}).get("uid") or ""),
+        reason=REASONS[outcome],
+        message=message(run, outcome),
+        type="Warning" if outcome == FAILED else "Normal",
+    )

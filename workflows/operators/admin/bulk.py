@@ -1,0 +1,97 @@
+"""Bulk actions from the fleet view: choose, confirm with one reason, see each run's outcome.
+
+The fleet's form posts an action and either the rows ticked or the filter in force; the
+confirmation page lists exactly the runs that will be acted on (a filter is resolved
+there, to the runs the action applies to), with what each waits for or the error a retry
+would repeat. Confirming runs `workflows.operators.bulk.perform`, one transaction per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+
+from workflows.models import Run
+from workflows.operators import actions, bulk, selectors
+from workflows.operators.admin import common, fleet
+
+
+def _chosen(request: HttpRequest, action: str) -> tuple[list[Run], str]:
+    """The runs the form names (ticked rows, or the filter's runs the action applies to)."""
+    if request.POST.get("scope") == "filter":
+        filters = fleet.filters_of(request.POST)
+        now = timezone.now()
+        try:
+            runs = (
+                filters.apply(selectors.fleet_runs(now))
+                .filter(filters.state_q())
+                .filter(bulk.applies(action))
+            )
+        except selectors.FilterError as exc:
+            return [], str(exc)
+    else:
+        ids = [int(v) for v in request.POST.getlist("run") if v.isdigit()]
+        if not ids:
+            return [], "Tick the clusters to act on, or choose every cluster the filter finds."
+        runs = Run.objects.filter(pk__in=ids)
+    found = list(selectors.with_current_step(runs).order_by("created_at", "pk")[: bulk.LIMIT + 1])
+    if not found:
+        return [], f"No run the filter finds can take “{bulk.ACTIONS[action]}” now."
+    if len(found) > bulk.LIMIT:
+        return [], f"More than {bulk.LIMIT} runs: narrow the filter."
+    return found, ""
+
+
+def bulk_view(site: admin.AdminSite) -> Callable[[HttpRequest], HttpResponse]:
+    def view(request: HttpRequest) -> HttpResponse:
+        back = reverse("admin:index")
+        action = request.POST.get("action", "")
+        if request.method != "POST" or action not in bulk.ACTIONS:
+            messages.error(request, "Choose a bulk action on the fleet view.")
+            return HttpResponseRedirect(back)
+        if not common.may_act(request):
+            messages.error(
+                request,
+                "Only superusers and users with the 'operate runs' permission can act on runs.",
+            )
+            return HttpResponseRedirect(back)
+        runs, problem = _chosen(request, action)
+        if problem:
+            messages.error(request, problem)
+            return HttpResponseRedirect(back)
+        title = f"{bulk.ACTIONS[action]}: {len(runs)} run{'s' if len(runs) != 1 else ''}"
+        form = common.ReasonForm(request.POST if request.POST.get("confirmed") else None)
+        context = {
+            **site.each_context(request),
+            "title": title,
+            "action": action,
+            "is_nav_sidebar_enabled": False,
+        }
+        if form.is_bound and form.is_valid():
+            actor = f"admin:{request.user.get_username()}"
+            try:
+                outcomes = bulk.perform(
+                    action, [r.pk for r in runs], actor=actor, reason=form.cleaned_data["reason"]
+                )
+            except actions.ActionError as exc:
+                messages.error(request, str(exc))
+                return HttpResponseRedirect(back)
+            done = sum(o.ok for o in outcomes)
+            context |= {
+                "title": f"{bulk.ACTIONS[action]}: {done} of {len(outcomes)} done",
+                "outcomes": outcomes,
+                "done": done,
+                "refused": len(outcomes) - done,
+                "actor": actor,
+            }
+            return TemplateResponse(request, "admin/workflows/bulk_done.html", context)
+        now = timezone.now()
+        context |= {"rows": [fleet.row_of(run, now) for run in runs], "form": form}
+        return TemplateResponse(request, "admin/workflows/bulk_confirm.html", context)
+
+    return view

@@ -1,0 +1,104 @@
+"""What the admin's pages share: read-only admins, state badges, the reason form.
+
+Runs, steps, events and hook calls are never edited in the admin (actions go through
+`workflows.operators.actions`); these pieces keep every page consistent about it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+from django import forms
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html
+
+from workflows.operators import redaction
+
+STATE_COLOURS = {
+    "pending": "#6c757d",
+    "running": "#0d6efd",
+    "awaiting_approval": "#b8860b",
+    "released": "#6f42c1",
+    "succeeded": "#198754",
+    "failed": "#dc3545",
+    "cancelled": "#343a40",
+}
+
+
+class ReadOnlyMixin:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def json_block(value: Any) -> str:
+    return format_html("<pre>{}</pre>", json.dumps(redaction.redact(value), indent=2))
+
+
+def badge(state: str, label: str | None = None) -> str:
+    colour = STATE_COLOURS.get(state, "#6c757d")
+    return format_html(
+        '<span class="hooksvc-badge" data-state="{}" style="background:{};color:#fff;'
+        'padding:2px 8px;border-radius:10px;white-space:nowrap">{}</span>',
+        state,
+        colour,
+        label or state,
+    )
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(max_length=500, widget=forms.TextInput(attrs={"size": 60}))
+
+
+def may_act(request: HttpRequest) -> bool:
+    """Acting on runs needs a superuser or the `workflows.operate_run` permission."""
+    return bool(request.user.is_superuser or request.user.has_perm("workflows.operate_run"))
+
+
+def moment(run: Any) -> str:
+    """A run's moment as people read it: v1.32.4 → v1.33.1 ("" for once-only hooks)."""
+    return str(run.moment).replace("->", " \N{RIGHTWARDS ARROW} ")
+
+
+def when(moment: datetime.datetime | None) -> str:
+    """A time to the second in the server's zone (UTC unless configured): 2025-06-01 12:03:04."""
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S") if moment else "-"
+
+
+def span(seconds: float) -> str:
+    """A duration an operator reads at a glance: 45 s, 12 min, 3 h 05 min, 2 d 4 h."""
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600} h"
+
+
+def exact_span(seconds: float) -> str:
+    """A duration to the second: 4m 07s, 1h 02m 03s."""
+    whole = max(0, int(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m {secs:02d}s"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def between(start: datetime.datetime | None, end: datetime.datetime | None) -> str:
+    """The exact duration from `start` to `end` ("-" when it has not started)."""
+    if start is None or end is None:
+        return "-"
+    return exact_span((end - start).total_seconds())

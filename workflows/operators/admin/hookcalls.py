@@ -1,0 +1,117 @@
+"""The hook calls CAPI made, as the admin lists them (kept HOOK_CALL_RETENTION_DAYS days).
+
+Each call shows its time to the second and links to the runs it answered from: the runs of
+the same cluster, hook and moment (one per matching template).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from workflows.models import HookCall, Run
+from workflows.operators.admin.common import ReadOnlyMixin, when
+
+
+def _answered_by() -> QuerySet[Run]:
+    return Run.objects.filter(
+        cluster_key=OuterRef("cluster_key"), hook=OuterRef("hook"), moment=OuterRef("moment")
+    )
+
+
+@admin.register(HookCall)
+class HookCallAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = (
+        "time",
+        "hook",
+        "handler",
+        "cluster",
+        "moment",
+        "status",
+        "retry_after",
+        "message",
+        "latency_ms",
+        "runs",
+    )
+    list_filter = ("hook", "status", "cluster_namespace")
+    search_fields = ("cluster_name",)
+    ordering = ("-at",)
+    show_full_result_count = False
+    fields = (
+        "time",
+        "hook",
+        "handler",
+        "cluster",
+        "cluster_key",
+        "moment",
+        "status",
+        "retry_after",
+        "message",
+        "latency_ms",
+        "runs_answered",
+    )
+    readonly_fields = fields
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_active and request.user.is_staff)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[HookCall]:
+        # The first run answered and how many, in the list's own query (no query per row).
+        first = _answered_by().order_by("pk").values("pk")[:1]
+        count = _answered_by().order_by().values("cluster_key").annotate(n=Count("pk"))
+        queryset: QuerySet[HookCall] = (
+            super()
+            .get_queryset(request)
+            .annotate(
+                first_run=Subquery(first),
+                run_count=Coalesce(Subquery(count.values("n")), 0),
+            )
+        )
+        return queryset
+
+    @admin.display(description="at (to the second)", ordering="at")
+    def time(self, call: HookCall) -> str:
+        return when(call.at)
+
+    @admin.display(description="cluster", ordering="cluster_name")
+    def cluster(self, call: HookCall) -> str:
+        return f"{call.cluster_namespace}/{call.cluster_name}"
+
+    @admin.display(description="runs it answered from")
+    def runs(self, call: HookCall) -> str:
+        first, count = getattr(call, "first_run", None), getattr(call, "run_count", 0)
+        if first is None:
+            return "-"
+        link = format_html(
+            '<a href="{}">run {}</a>', reverse("admin:workflows_run_change", args=[first]), first
+        )
+        if count > 1:
+            return format_html(
+                '{} <a href="{}">+{} more</a>',
+                link,
+                reverse("admin:cluster", args=[call.cluster_namespace, call.cluster_name]),
+                count - 1,
+            )
+        return link
+
+    @admin.display(description="runs it answered from")
+    def runs_answered(self, call: HookCall) -> str:
+        found = Run.objects.filter(
+            cluster_key=call.cluster_key, hook=call.hook, moment=call.moment
+        ).order_by("pk")
+        if not found:
+            return "none: no run for this cluster, hook and moment"
+        return format_html_join(
+            ", ",
+            '<a href="{}">run {} ({})</a>',
+            (
+                (reverse("admin:workflows_run_change", args=[r.pk]), r.pk, r.template_name)
+                for r in found
+            ),
+        )

@@ -1,0 +1,340 @@
+"""Reads for operators: runs by filter, a run with its steps and events, a hook call's preview,
+and the fleet (one row per cluster held) the admin's landing page shows.
+
+The shapes returned are plain JSON-ready dicts in camelCase; `manage.py workflows`
+prints them as tables or as `-o json`, so scripts and people see the same fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import re
+from typing import Any
+
+from django.db.models import (
+    Case,
+    Count,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import RowNumber
+
+from hooksvc.contract import wire
+from workflows.hookpath import selection
+from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
+from workflows.operators import states
+
+
+def runs_list(
+    *,
+    state: str | None = None,
+    hook: str | None = None,
+    cluster_namespace: str | None = None,
+    cluster_name: str | None = None,
+    template: str | None = None,
+) -> QuerySet[Run]:
+    """Runs matching every given filter, newest first."""
+    runs = Run.objects.order_by("-created_at", "-id")
+    if state:
+        runs = runs.filter(state=state)
+    if hook:
+        runs = runs.filter(hook=hook)
+    if cluster_namespace is not None:
+        runs = runs.filter(cluster_namespace=cluster_namespace)
+    if cluster_name is not None:
+        runs = runs.filter(cluster_name=cluster_name)
+    if template:
+        runs = runs.filter(template_name=template)
+    return runs
+
+
+def _time(value: datetime.datetime | None) -> str | None:
+    return value.isoformat(timespec="seconds") if value else None
+
+
+def run_summary(run: Run) -> dict[str, Any]:
+    """One run as `workflows list -o json` shows it."""
+    return {
+        "id": run.pk,
+        "template": run.template_name,
+        "templateGeneration": run.template_generation,
+        "hook": run.hook,
+        "cluster": {
+            "namespace": run.cluster_namespace,
+            "name": run.cluster_name,
+            "key": run.cluster_key,
+        },
+        "moment": run.moment,
+        "state": run.state,
+        "released": run.released,
+        "deadlineExceeded": run.deadline_exceeded,
+        "message": run.message,
+        "createdAt": _time(run.created_at),
+        "startedAt": _time(run.started_at),
+        "finishedAt": _time(run.finished_at),
+        "deadlineAt": _time(run.deadline_at),
+    }
+
+
+def _step(step: StepRun) -> dict[str, Any]:
+    return {
+        "name": step.name,
+        "type": step.type,
+        "state": step.state,
+        "dependsOn": step.depends_on,
+        "with": step.params,
+        "failures": step.failures,
+        "retries": step.retries,
+        "timeoutSeconds": step.timeout_seconds,
+        "startedAt": _time(step.started_at),
+        "finishedAt": _time(step.finished_at),
+        "dueAt": _time(step.due_at),
+        "message": step.message,
+        "output": step.output,
+    }
+
+
+def _event(event: RunEvent) -> dict[str, Any]:
+    return {
+        "at": _time(event.at),
+        "kind": event.kind,
+        "name": event.name,
+        "step": event.step_name,
+        "actor": event.actor,
+        "reason": event.reason,
+        "message": event.message,
+    }
+
+
+def run_detail(run_id: int) -> dict[str, Any] | None:
+    """One run with its context, steps (in order) and events (oldest first); None if absent."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        return None
+    return {
+        **run_summary(run),
+        "context": run.context,
+        "steps": [_step(s) for s in run.steps.order_by("position")],
+        "events": [_event(e) for e in run.events.order_by("at", "id")],
+    }
+
+
+def call_preview(call: wire.HookCall) -> dict[str, Any]:
+    """What `call` would start: each template of its hook, whether it matches, its steps.
+
+    Reads only; an existing run for the same moment is shown, since the call would
+    answer from it instead of starting a new one.
+    """
+    moment = selection.moment_key(call)
+    templates = []
+    for template in WorkflowTemplate.objects.filter(hook=call.hook.name).order_by("name"):
+        matches = selection.matches(template.spec, call)
+        existing = Run.objects.filter(
+            template_name=template.name,
+            hook=call.hook.name,
+            cluster_key=call.cluster.key,
+            moment=moment,
+        ).first()
+        templates.append(
+            {
+                "name": template.name,
+                "generation": template.generation,
+                "matches": matches,
+                "existingRun": {"id": existing.pk, "state": existing.state}
+                if matches and existing
+                else None,
+                "steps": [
+                    {"name": s["name"], "type": s["type"], "dependsOn": s.get("dependsOn") or []}
+                    for s in template.spec.get("steps") or []
+                ],
+            }
+        )
+    return {
+        "hook": call.hook.name,
+        "blocking": call.hook.blocking,
+        "cluster": {
+            "namespace": call.cluster.namespace,
+            "name": call.cluster.name,
+            "key": call.cluster.key,
+        },
+        "moment": moment,
+        "templates": templates,
+    }
+
+
+# --- The fleet: one row per cluster held ------------------------------------------------
+
+#: Finished runs that did not succeed stay on the fleet view this long after they ended.
+FLEET_RECENT = datetime.timedelta(hours=24)
+#: A Kubernetes label key (optional DNS prefix, then a name), as the label filter accepts.
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+class FilterError(ValueError):
+    """A fleet filter that cannot be applied; the message says what is accepted."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetFilter:
+    """What the fleet view narrows to; empty fields do not filter."""
+
+    namespace: str = ""
+    hook: str = ""
+    template: str = ""
+    #: `key=value`: the cluster's label, as the hook call carried it (the run's context).
+    label: str = ""
+    #: A display state (workflows/operators/states.py).
+    state: str = ""
+
+    def apply(self, runs: QuerySet[Run]) -> QuerySet[Run]:
+        """`runs` narrowed by every field but the state; FilterError for a malformed one."""
+        if self.namespace:
+            runs = runs.filter(cluster_namespace=self.namespace)
+        if self.hook:
+            runs = runs.filter(hook=self.hook)
+        if self.template:
+            runs = runs.filter(template_name=self.template)
+        if self.label:
+            key, equals, value = self.label.partition("=")
+            key = key.strip()
+            if not equals or not _LABEL_KEY.match(key):
+                raise FilterError(f"label filter {self.label!r}: write it as key=value")
+            labels = KeyTransform("labels", KeyTransform("cluster", "context"))
+            runs = runs.alias(fleet_label=KeyTextTransform(key, labels)).filter(
+                fleet_label=value.strip()
+            )
+        return runs
+
+    def state_q(self) -> Q:
+        if not self.state:
+            return Q()
+        try:
+            return states.where(self.state)
+        except ValueError as exc:
+            raise FilterError(str(exc)) from None
+
+
+def fleet_runs(now: datetime.datetime) -> QuerySet[Run]:
+    """Runs the fleet is about: those holding a lifecycle, active ones, and those that ended
+    without success in the last FLEET_RECENT."""
+    recent = now - FLEET_RECENT
+    return Run.objects.filter(
+        states.where_any(states.HOLDING)
+        | Q(state__in=Run.ACTIVE)
+        | (~Q(state=Run.State.SUCCEEDED) & Q(finished_at__gte=recent))
+    )
+
+
+def _current_step(field: str) -> Subquery:
+    """One field of the step a run is at: a failed one first, then waiting, ready, pending."""
+    rank = Case(
+        When(state=StepRun.State.FAILED, then=Value(0)),
+        When(state=StepRun.State.WAITING, then=Value(1)),
+        When(state=StepRun.State.READY, then=Value(2)),
+        When(state=StepRun.State.CANCELLED, then=Value(3)),
+        default=Value(4),
+        output_field=IntegerField(),
+    )
+    steps = (
+        StepRun.objects.filter(run=OuterRef("pk"))
+        .exclude(state__in=StepRun.DONE)
+        .annotate(rank=rank, asks=KeyTextTransform("message", "params"))
+        .order_by("rank", "position")
+    )
+    return Subquery(steps.values(field)[:1])
+
+
+def with_current_step(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """`runs` annotated with the step each is at (no extra query): `step_name`, `step_type`,
+    `step_state`, `step_message` (its progress or last error) and `step_asks` (an
+    approval's `with.message`)."""
+    return runs.annotate(
+        step_name=_current_step("name"),
+        step_type=_current_step("type"),
+        step_state=_current_step("state"),
+        step_message=_current_step("message"),
+        step_asks=_current_step("asks"),
+    )
+
+
+def _held_first() -> Case:
+    return Case(
+        When(states.where_any(states.HOLDING), then=Value(0)),
+        default=Value(1),
+        output_field=IntegerField(),
+    )
+
+
+def fleet_page(
+    filters: FleetFilter, *, now: datetime.datetime, offset: int, limit: int
+) -> list[Run]:
+    """One page of the fleet in ONE query: per cluster the run held longest (holding runs
+    before the rest, oldest first), with its display state, current step and the number
+    of the cluster's runs on the fleet.
+
+    Each run carries `display_state`, `cluster_runs`, `step_name`, `step_type`,
+    `step_state`, `step_message` and `step_asks` (an approval's `with.message`).
+    """
+    population = (
+        filters.apply(fleet_runs(now)).filter(filters.state_q()).annotate(held=_held_first())
+    )
+    ranked = population.annotate(
+        cluster_position=Window(
+            RowNumber(),
+            partition_by=[F("cluster_key")],
+            order_by=[F("held").asc(), F("created_at").asc(), F("pk").asc()],
+        ),
+        cluster_runs=Window(Count("pk"), partition_by=[F("cluster_key")]),
+    ).filter(cluster_position=1)
+    rows = with_current_step(states.annotate(ranked))
+    return list(rows.order_by(F("held"), F("created_at"), F("pk"))[offset : offset + limit])
+
+
+def fleet_counts(filters: FleetFilter, *, now: datetime.datetime) -> dict[str, int]:
+    """Runs on the fleet per display state (the state filter aside, so each count can be
+    clicked), and `clusters`: how many rows the fleet has with every filter."""
+    runs = filters.apply(fleet_runs(now))
+    # Aliases of their own: "released" is also a field of Run.
+    found = runs.aggregate(
+        **{f"n_{state}": Count("pk", filter=states.where(state)) for state in states.State.values},
+        clusters=Count("cluster_key", distinct=True, filter=filters.state_q() or None),
+    )
+    return {key.removeprefix("n_"): int(value) for key, value in found.items()}
+
+
+def fleet_choices(*, now: datetime.datetime) -> dict[str, list[str]]:
+    """The namespaces and templates on the fleet, for its filter menus (one query)."""
+    pairs = fleet_runs(now).order_by().values_list("cluster_namespace", "template_name").distinct()
+    namespaces, templates = set(), set()
+    for namespace, template in pairs:
+        namespaces.add(namespace)
+        templates.add(template)
+    return {"namespaces": sorted(namespaces), "templates": sorted(templates)}
+
+
+def cluster_runs(namespace: str, name: str) -> list[Run]:
+    """Every run of the cluster `namespace/name`, oldest first, with its steps (two queries)."""
+    runs = states.annotate(
+        Run.objects.filter(cluster_namespace=namespace, cluster_name=name)
+    ).prefetch_related("steps")
+    return list(runs.order_by("created_at", "pk"))
+
+
+def hook_calls_of(run: Run, limit: int) -> list[HookCall]:
+    """The newest `limit` hook calls that asked about `run`'s moment, newest first."""
+    return list(
+        HookCall.objects.filter(
+            cluster_key=run.cluster_key, hook=run.hook, moment=run.moment
+        ).order_by("-at", "-id")[:limit]
+    )
