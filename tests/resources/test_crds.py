@@ -29,6 +29,7 @@ from django.test import override_settings
 from tests.resources import schemas
 from tests.workflows import documents
 from workflows.definitions import crds, spec
+from workflows.definitions import schemas as spec_schemas
 from workflows.steps import registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -404,14 +405,17 @@ def test_a_declared_shape_is_checked_by_hooksvc_and_published_in_the_schema() ->
         with pytest.raises(registry.ParamError) as caught:
             registry.validate_params(shaped, given)
         assert str(caught.value) == message
-    assert crds.param_schema(shaped["target"]) == {
+    assert spec_schemas.param_schema(shaped["target"]) == {
         "type": "object",
         "properties": {"host": {"type": "string"}, "port": {"type": "integer", "minimum": 1}},
         "x-kubernetes-preserve-unknown-fields": True,
         "required": ["host"],
     }
-    assert crds.param_schema(shaped["tags"]) == {"type": "array", "items": {"type": "string"}}
-    assert crds.param_schema(shaped["env"]) == {
+    assert spec_schemas.param_schema(shaped["tags"]) == {
+        "type": "array",
+        "items": {"type": "string"},
+    }
+    assert spec_schemas.param_schema(shaped["env"]) == {
         "type": "object",
         "additionalProperties": {"type": "string"},
     }
