@@ -30,6 +30,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/bandit -r hooksvc workflows -q
+	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(PY) scripts/check-module-size
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
