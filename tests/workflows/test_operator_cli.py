@@ -49,9 +49,12 @@ def test_list_shows_runs_newest_first_as_json() -> None:
         "cluster": {"namespace": "prod", "name": "c2", "key": "uid-prod-c2"},
         "moment": "v1.33.0",
         "state": "failed",
+        "displayState": "failed",
         "released": False,
         "deadlineExceeded": False,
         "message": "workflow b is running",
+        "currentStep": None,
+        "why": "workflow b is running",
         "createdAt": newer.created_at.isoformat(timespec="seconds"),
         "startedAt": None,
         "finishedAt": None,
@@ -79,15 +82,8 @@ def test_list_filters_combine(filters: tuple[str, ...], expected: list[str]) -> 
 def test_list_prints_a_table_by_default() -> None:
     run = make_run(template="a")
     lines = cli("list").splitlines()
-    assert lines[0].split() == ["ID", "STATE", "TEMPLATE", "HOOK", "CLUSTER", "MOMENT", "CREATED"]
-    assert lines[1].split()[:6] == [
-        str(run.pk),
-        "running",
-        "a",
-        "BeforeClusterUpgrade",
-        "prod/c1",
-        "v1.33.0",
-    ]
+    assert lines[0].split() == ["ID", "STATE", "TEMPLATE", "CLUSTER", "STEP", "WHY", "AGE"]
+    assert lines[1].split()[:5] == [str(run.pk), "running", "a", "prod/c1", "-"]
 
 
 def test_list_rejects_a_cluster_without_namespace() -> None:

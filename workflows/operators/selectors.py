@@ -42,10 +42,12 @@ def runs_list(
     cluster_name: str | None = None,
     template: str | None = None,
 ) -> QuerySet[Run]:
-    """Runs matching every given filter, newest first."""
+    """Runs matching every given filter, newest first, with their display state and current
+    step (`states.annotate`, `with_current_step`). `state` is a display state; ValueError
+    names the states when it is unknown."""
     runs = Run.objects.order_by("-created_at", "-id")
     if state:
-        runs = runs.filter(state=state)
+        runs = runs.filter(states.where(state))
     if hook:
         runs = runs.filter(hook=hook)
     if cluster_namespace is not None:
@@ -54,15 +56,31 @@ def runs_list(
         runs = runs.filter(cluster_name=cluster_name)
     if template:
         runs = runs.filter(template_name=template)
-    return runs
+    return with_current_step(states.annotate(runs))
 
 
 def _time(value: datetime.datetime | None) -> str | None:
     return value.isoformat(timespec="seconds") if value else None
 
 
+def why(run: Run) -> str:
+    """Why a run from `with_current_step` is where it is: the approval's own text
+    (`with.message`) while a person is asked, else its current step's error or waiting
+    message, else the run's message."""
+    step_type = getattr(run, "step_type", None) or ""
+    step_state = getattr(run, "step_state", None) or ""
+    asks = getattr(run, "step_asks", None) or ""
+    if asks and step_state == StepRun.State.WAITING and step_type in states.person_step_types():
+        return str(asks)
+    message = getattr(run, "step_message", None) or ""
+    if message and step_state in (StepRun.State.FAILED, StepRun.State.WAITING):
+        return str(message)
+    return run.message
+
+
 def run_summary(run: Run) -> dict[str, Any]:
-    """One run as `workflows list -o json` shows it."""
+    """One run as `workflows list -o json` shows it (a run from `runs_list`)."""
+    step_name = getattr(run, "step_name", None)
     return {
         "id": run.pk,
         "template": run.template_name,
@@ -75,9 +93,18 @@ def run_summary(run: Run) -> dict[str, Any]:
         },
         "moment": run.moment,
         "state": run.state,
+        "displayState": states.of(run).value,
         "released": run.released,
         "deadlineExceeded": run.deadline_exceeded,
         "message": run.message,
+        "currentStep": {
+            "name": step_name,
+            "type": getattr(run, "step_type", None),
+            "state": getattr(run, "step_state", None),
+        }
+        if step_name
+        else None,
+        "why": why(run),
         "createdAt": _time(run.created_at),
         "startedAt": _time(run.started_at),
         "finishedAt": _time(run.finished_at),
@@ -117,7 +144,7 @@ def _event(event: RunEvent) -> dict[str, Any]:
 
 def run_detail(run_id: int) -> dict[str, Any] | None:
     """One run with its context, steps (in order) and events (oldest first); None if absent."""
-    run = Run.objects.filter(pk=run_id).first()
+    run = runs_list().filter(pk=run_id).first()
     if run is None:
         return None
     return {

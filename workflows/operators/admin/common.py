@@ -15,7 +15,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from workflows.operators import redaction
+from workflows.operators import durations, redaction
 
 STATE_COLOURS = {
     "pending": "#6c757d",
@@ -73,16 +73,8 @@ def when(moment: datetime.datetime | None) -> str:
     return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S") if moment else "-"
 
 
-def span(seconds: float) -> str:
-    """A duration an operator reads at a glance: 45 s, 12 min, 3 h 05 min, 2 d 4 h."""
-    whole = max(0, int(seconds))
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min"
-    if whole < 86400:
-        return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
-    return f"{whole // 86400} d {whole % 86400 // 3600} h"
+#: A duration at a glance ("12 min"), as the CLI shows it too.
+span = durations.span
 
 
 def exact_span(seconds: float) -> str:

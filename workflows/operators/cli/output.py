@@ -4,19 +4,53 @@ from __future__ import annotations
 
 import getpass
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
 
+#: Between two columns of a table.
+GAP = "  "
+#: What ends a cell cut to fit.
+CUT = "\N{HORIZONTAL ELLIPSIS}"
 
-def table(rows: Sequence[Sequence[Any]]) -> str:
-    """`rows` (the header first) as left-aligned columns two spaces apart; empty cells as "-"."""
-    cells = [["-" if c is None or c == "" else str(c) for c in row] for row in rows]
+
+def table(
+    rows: Sequence[Sequence[Any]],
+    *,
+    width: int = 0,
+    shrink: Mapping[int, tuple[int, int]] | None = None,
+) -> str:
+    """`rows` (the header first) as left-aligned columns two spaces apart; empty cells as "-".
+
+    With `width`, the columns in `shrink` (index: (narrowest width, weight)) are cut until
+    each line fits in `width` characters, the widest for its weight first (a column of
+    weight 2 keeps about twice the width of one of weight 1); a cut cell ends with "…".
+    """
+    cells = [
+        ["-" if c is None or c == "" else " ".join(str(c).split()) for c in row] for row in rows
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    if width:
+        _fit(widths, width - len(GAP) * (len(widths) - 1), shrink or {})
     return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+        GAP.join(_cell(c, w).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in cells
     )
+
+
+def _fit(widths: list[int], room: int, shrink: Mapping[int, tuple[int, int]]) -> None:
+    """Narrow the columns in `shrink`, widest for its weight first, until they fit in `room`."""
+    while sum(widths) > room:
+        narrowable = [i for i, (least, _) in shrink.items() if widths[i] > least]
+        if not narrowable:
+            return
+        widest = max(narrowable, key=lambda i: (widths[i] / shrink[i][1], i))
+        widths[widest] -= 1
+
+
+def _cell(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - len(CUT)] + CUT
 
 
 def write_json(stdout: OutputWrapper, value: Any) -> None:

@@ -7,21 +7,30 @@ import json
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
+from django.utils import timezone
 
 from hooksvc.contract import catalog
-from workflows.models import Run
-from workflows.operators import selectors
+from workflows.operators import durations, selectors, states
 from workflows.operators.cli import output
+
+#: The width `list` fits its table in.
+WIDTH = 120
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     lister = sub.add_parser("list", help="runs, newest first")
-    lister.add_argument("--state", choices=Run.State.values)
-    lister.add_argument("--hook", choices=list(catalog.HOOKS))
+    lister.add_argument("--state", choices=states.State.values, help="a display state")
+    lister.add_argument("--hook", choices=list(catalog.MOMENTS))
     lister.add_argument("--cluster", metavar="NAMESPACE/NAME")
     lister.add_argument("--template", metavar="NAME")
     lister.add_argument("--limit", type=int, default=100, help="at most this many (100)")
-    lister.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    lister.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "wide", "json"],
+        default="table",
+        help=f"table (fits {WIDTH} columns), wide (adds HOOK and MOMENT, cuts nothing), json",
+    )
     lister.set_defaults(handler=list_runs)
     show = sub.add_parser("show", help="a run with its steps and events")
     show.add_argument("run_id", type=int, metavar="RUN_ID")
@@ -35,13 +44,14 @@ def list_runs(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         namespace, sep, name = options["cluster"].partition("/")
         if not sep or not namespace or not name:
             raise CommandError("--cluster must be NAMESPACE/NAME")
-    runs = selectors.runs_list(
+    found = selectors.runs_list(
         state=options["state"],
         hook=options["hook"],
         cluster_namespace=namespace,
         cluster_name=name,
         template=options["template"],
-    )[: max(0, options["limit"])]
+    )
+    runs = list(found[: max(0, options["limit"])])
     summaries = [selectors.run_summary(r) for r in runs]
     if options["output"] == "json":
         output.write_json(stdout, summaries)
@@ -49,20 +59,32 @@ def list_runs(stdout: OutputWrapper, options: dict[str, Any]) -> None:
     if not summaries:
         stdout.write("no runs")
         return
-    header = ["ID", "STATE", "TEMPLATE", "HOOK", "CLUSTER", "MOMENT", "CREATED"]
-    rows = [
-        [
+    now = timezone.now()
+    wide = options["output"] == "wide"
+    header = ["ID", "STATE", "TEMPLATE", "CLUSTER", "STEP", "WHY", "AGE"]
+    if wide:
+        header[3:3] = ["HOOK", "MOMENT"]
+    rows = []
+    for run, s in zip(runs, summaries, strict=True):
+        row = [
             s["id"],
-            s["state"] + (",released" if s["released"] else ""),
+            s["displayState"],
             s["template"],
-            s["hook"],
             f"{s['cluster']['namespace']}/{s['cluster']['name']}",
-            s["moment"],
-            s["createdAt"],
+            (s["currentStep"] or {}).get("name"),
+            s["why"],
+            durations.span((now - run.created_at).total_seconds()),
         ]
-        for s in summaries
-    ]
-    stdout.write(output.table([header, *rows]))
+        if wide:
+            row[3:3] = [s["hook"], s["moment"]]
+        rows.append(row)
+    if wide:
+        stdout.write(output.table([header, *rows]))
+    else:
+        # TEMPLATE, CLUSTER, STEP and WHY give way; WHY, what the list is read for, keeps
+        # about twice the width of each other.
+        shrink = {2: (12, 1), 3: (12, 1), 4: (10, 1), 5: (20, 2)}
+        stdout.write(output.table([header, *rows], width=WIDTH, shrink=shrink))
 
 
 def show_run(stdout: OutputWrapper, options: dict[str, Any]) -> None:
@@ -79,7 +101,9 @@ def show_run(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         ("hook", run["hook"]),
         ("cluster", f"{cluster['namespace']}/{cluster['name']} (key {cluster['key']})"),
         ("moment", run["moment"]),
-        ("state", run["state"] + (", released" if run["released"] else "")),
+        ("state", _state(run)),
+        ("step", _step_line(run["currentStep"])),
+        ("why", run["why"]),
         ("message", run["message"]),
         ("created", run["createdAt"]),
         ("started", run["startedAt"]),
@@ -110,3 +134,13 @@ def show_run(stdout: OutputWrapper, options: dict[str, Any]) -> None:
     for e in run["events"]:
         events.append([e["at"], e["step"], e["name"], e["actor"], e["reason"], e["message"]])
     stdout.write(output.table(events))
+
+
+def _state(run: dict[str, Any]) -> str:
+    """The display state, and the engine's state where it says more (released from failed)."""
+    shown = str(run["displayState"])
+    return shown if shown == run["state"] else f"{shown} (run {run['state']})"
+
+
+def _step_line(step: dict[str, Any] | None) -> str:
+    return f"{step['name']} ({step['type']}, {step['state']})" if step else ""
