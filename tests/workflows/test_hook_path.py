@@ -6,13 +6,16 @@ import datetime
 from typing import Any
 
 import pytest
+from django.db import IntegrityError, transaction
 from django.test import override_settings
 from django.utils import timezone
 
 from hooksvc.contract import catalog
 from tests.support import capi
 from tests.support import workflows as wf
+from tests.workflows.runs import make_run
 from workflows.hookpath import answers
+from workflows.hookpath import runs as hook_runs
 from workflows.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -230,3 +233,17 @@ def test_a_run_that_does_not_hold_the_lifecycle_lets_it_proceed_in_any_state(sta
     run.refresh_from_db()
     assert answers.render(run, timezone.now()) == answers.PROCEED
     assert _answer(wf.call("BeforeClusterDelete")).retry_after == 0
+
+
+def test_only_the_one_run_per_moment_constraint_means_another_call_made_the_run() -> None:
+    """A duplicate moment is another call's run (found, not an error); any other violation,
+    here the state column's CHECK constraint, is a bug and must surface, not be taken for one."""
+    make_run()
+    with pytest.raises(IntegrityError) as duplicate, transaction.atomic():
+        make_run()
+    assert hook_runs._is_run_conflict(duplicate.value)
+
+    with pytest.raises(IntegrityError) as bad_state, transaction.atomic():
+        Run.objects.update(state="bogus")
+    assert "workflows_run_state_check" in str(bad_state.value)
+    assert not hook_runs._is_run_conflict(bad_state.value)

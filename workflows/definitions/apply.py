@@ -60,10 +60,8 @@ def lock() -> None:
     Two applies at once must not both create a name or prune each other's work, and the
     profiles' dependency graph is checked against what the others committed.
     """
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["apply_workflows"])
-    # SQLite serialises every write transaction already.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["apply_workflows"])
 
 
 def template_upsert(

@@ -141,15 +141,11 @@ def _write(rows: list[HookCall]) -> None:
     """One COPY (a fifth of bulk_create's CPU per row) whose commit does not wait for the
     disk (asynchronous commit, this transaction only): a crash may lose the last records,
     never a run."""
-    with transaction.atomic():
-        if connection.vendor != "postgresql":
-            HookCall.objects.bulk_create(rows)
-            return
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
-            with cursor.copy(_COPY) as copy:
-                for row in rows:
-                    copy.write_row([getattr(row, column) for column in _COLUMNS])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        with cursor.copy(_COPY) as copy:
+            for row in rows:
+                copy.write_row([getattr(row, column) for column in _COLUMNS])
 
 
 def _start_flusher() -> None:

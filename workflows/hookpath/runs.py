@@ -67,8 +67,8 @@ def templates_and_runs(
 
 
 def _decode_json(value: Any) -> Any:
-    # PostgreSQL's jsonb comes as text through Django's connection (JSONField decodes it);
-    # SQLite's JSON is text too.
+    # jsonb comes as text through a raw cursor of Django's connection (Django registers a text
+    # loader for it; JSONField decodes it), json_agg's json comes decoded.
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
@@ -137,9 +137,5 @@ def _run_insert(template: WorkflowTemplate, call: wire.HookCall, moment: str) ->
 
 def _is_run_conflict(exc: IntegrityError) -> bool:
     """True only for the one-run-per-moment constraint; any other violation is a bug."""
-    cause = exc.__cause__
-    diag = getattr(cause, "diag", None)
-    if diag is not None:
-        return getattr(diag, "constraint_name", None) == RUN_CONSTRAINT
-    # SQLite (the embedded development database) names the columns instead.
-    return "workflows_run.template_name" in str(cause)
+    diag = getattr(exc.__cause__, "diag", None)  # psycopg's error, which Django chains
+    return diag is not None and diag.constraint_name == RUN_CONSTRAINT
