@@ -83,6 +83,23 @@ TEMPLATES_AND_RUNS = (
     f" AND s.state IN ({', '.join(repr(str(s)) for s in StepRun.DUE)})) st ON true"
     " WHERE t.hook = %s ORDER BY t.name"
 )
+#: The columns of a hook call's record, in the order COPY_HOOK_CALLS takes them.
+HOOK_CALL_COLUMNS = (
+    "at",
+    "hook",
+    "handler",
+    "cluster_key",
+    "cluster_namespace",
+    "cluster_name",
+    "moment",
+    "status",
+    "retry_after",
+    "message",
+    "latency_ms",
+)
+#: The hook-call records a process buffered, in one COPY (workflows.hookpath.hookcalls).
+COPY_HOOK_CALLS = f"COPY workflows_hookcall ({', '.join(HOOK_CALL_COLUMNS)}) FROM STDIN"
+
 
 # --- Scheduling -----------------------------------------------------------------------------
 

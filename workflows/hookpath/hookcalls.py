@@ -22,6 +22,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.utils import timezone
 
 from hooksvc.contract import wire
+from workflows.engine import sql
 from workflows.hookpath import selection
 from workflows.models import HookCall
 
@@ -120,32 +121,15 @@ def flush() -> int:
     return len(rows)
 
 
-#: The columns `_write` copies, in order.
-_COLUMNS = (
-    "at",
-    "hook",
-    "handler",
-    "cluster_key",
-    "cluster_namespace",
-    "cluster_name",
-    "moment",
-    "status",
-    "retry_after",
-    "message",
-    "latency_ms",
-)
-_COPY = f"COPY workflows_hookcall ({', '.join(_COLUMNS)}) FROM STDIN"
-
-
 def _write(rows: list[HookCall]) -> None:
     """One COPY (a fifth of bulk_create's CPU per row) whose commit does not wait for the
     disk (asynchronous commit, this transaction only): a crash may lose the last records,
     never a run."""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL synchronous_commit TO OFF")
-        with cursor.copy(_COPY) as copy:
+        cursor.execute(sql.ASYNCHRONOUS_COMMIT)
+        with cursor.copy(sql.COPY_HOOK_CALLS) as copy:
             for row in rows:
-                copy.write_row([getattr(row, column) for column in _COLUMNS])
+                copy.write_row([getattr(row, column) for column in sql.HOOK_CALL_COLUMNS])
 
 
 def _start_flusher() -> None:
