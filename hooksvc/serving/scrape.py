@@ -1,22 +1,24 @@
 """GET /metrics: Prometheus' text format, for every web and worker process at once.
 
 The counters and histograms come from the multiprocess directory (hooksvc/multiproc.py),
-so whichever gunicorn worker answers the scrape reports them all. Two gauges are
-computed here, at scrape time: runs by template and state (one GROUP BY) and the depth
-of the Celery queue in Redis. With HOOKSVC_METRICS_TOKEN set, the scrape must carry
+so whichever gunicorn worker answers the scrape reports them all. The fleet's gauges are
+computed here, at scrape time: runs by template and honest state and the age of the
+oldest run holding a lifecycle (one GROUP BY), and the depth of the Celery queue in
+Redis. With HOOKSVC_METRICS_TOKEN set, the scrape must carry
 `Authorization: Bearer <token>`. With HOOKSVC_ADMIN_PORT set, only the admin port serves
 it (hooksvc/serving/middleware.py).
 """
 
 from __future__ import annotations
 
+import datetime
 import hmac
 import logging
 from collections.abc import Iterator
 
 import redis
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -35,16 +37,29 @@ _PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 
 
 class RunsCollector(Collector):
-    """hooksvc_runs{template,state}: how many runs each template has in each state."""
+    """The fleet as PostgreSQL has it now, in one query per scrape:
+
+    - hooksvc_runs{template,state}: runs by honest state (workflows/operators/states.py:
+      awaiting_approval and released included);
+    - hooksvc_run_blocked_seconds{hook,template}: the age of the oldest run that holds its
+      cluster's lifecycle (workflows/operators/holding.py), 0 when none does.
+
+    Computed per scrape and never written to the multiprocess files, so the gunicorn
+    worker that answers reports the fleet once, whatever the number of workers.
+    """
 
     def collect(self) -> Iterator[Metric]:
+        from workflows.engine import clock
         from workflows.models import Run
+        from workflows.operators import holding, states
 
+        now = clock.now()
+        holds = holding.holds(now)
         try:
             rows = list(
-                Run.objects.order_by()
-                .values_list("template_name", "state")
-                .annotate(count=Count("id"))
+                states.annotate(Run.objects.order_by())
+                .values_list("template_name", "hook", states.FIELD)
+                .annotate(count=Count("id"), oldest=Min("created_at", filter=holds))
             )
         except Exception:
             # The scrape still reports the rest; /readyz and the log say the database is down.
@@ -52,16 +67,37 @@ class RunsCollector(Collector):
                 "metrics: runs not counted", extra={"action": "metrics_runs_failed"}, exc_info=True
             )
             return
-        family = GaugeMetricFamily(
-            "hooksvc_runs", "Workflow runs by template and state.", labels=["template", "state"]
+        counts: dict[tuple[str, str], int] = {}
+        oldest: dict[tuple[str, str], datetime.datetime | None] = {}
+        blocking = set(holding.blocking_hooks())
+        for template, hook, state, count, first in rows:
+            counts[template, state] = counts.get((template, state), 0) + count
+            if hook not in blocking:
+                continue
+            known = oldest.setdefault((hook, template), first)
+            if first is not None and (known is None or first < known):
+                oldest[hook, template] = first
+        runs = GaugeMetricFamily(
+            "hooksvc_runs",
+            "Workflow runs by template and state (awaiting_approval and released included).",
+            labels=["template", "state"],
         )
-        counts = {(template, state): count for template, state, count in rows}
         # Every state of a template with runs, zeros included, so that a rate or an alert
         # on one state does not see the series vanish.
         for template in sorted({template for template, _ in counts}):
-            for state in Run.State.values:
-                family.add_metric([template, state], counts.get((template, state), 0))
-        yield family
+            for state in states.State.values:
+                runs.add_metric([template, state], counts.get((template, state), 0))
+        yield runs
+        blocked = GaugeMetricFamily(
+            "hooksvc_run_blocked_seconds",
+            "Age of the oldest run holding its cluster's lifecycle, by hook and template"
+            " (0: none holds).",
+            labels=["hook", "template"],
+        )
+        for (hook, template), first in sorted(oldest.items(), key=lambda item: item[0]):
+            age = max(0.0, (now - first).total_seconds()) if first else 0.0
+            blocked.add_metric([hook, template], age)
+        yield blocked
 
 
 class QueueCollector(Collector):
