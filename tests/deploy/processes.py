@@ -158,16 +158,20 @@ class Pid1:
     def wait_for_line(self, text: str, timeout: float = 60) -> None:
         self.wait_for(repr(text), lambda: text in self.log(), timeout)
 
+    def send(self, signum: int) -> None:
+        """Send `signum` to the namespace's init from outside, and return at once."""
+        inner = self.inner()
+        assert self.outer.poll() is None, f"already ended:\n{self.log()}"
+        os.kill(inner, signum)
+
     def sigterm(self) -> tuple[int, float]:
         """SIGTERM the namespace's init from outside, as a container runtime does.
 
         Returns its exit status and how long it took to stop; fails if it is still running
         after STOP_SECONDS.
         """
-        inner = self.inner()
-        assert self.outer.poll() is None, f"already ended:\n{self.log()}"
         sent = time.monotonic()
-        os.kill(inner, signal.SIGTERM)
+        self.send(signal.SIGTERM)
         try:
             code = self.outer.wait(timeout=STOP_SECONDS)
         except subprocess.TimeoutExpired:
@@ -197,6 +201,37 @@ def as_pid1(command: list[str], env: Mapping[str, str], log_path: Path) -> Itera
             start_new_session=True,
         )
     running = Pid1(outer, log_path)
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
+class Child(Pid1):
+    """A command running as an ordinary child of the test, not as an init."""
+
+    def inner(self) -> int:
+        return self.outer.pid
+
+    def label(self) -> str:
+        args = self.outer.args
+        assert isinstance(args, list)
+        return " ".join(str(a) for a in args)[-60:]
+
+
+@contextlib.contextmanager
+def as_child(command: list[str], env: Mapping[str, str], log_path: Path) -> Iterator[Pid1]:
+    """Run `command` from the checkout as an ordinary process (PID 1's rules do not apply)."""
+    with log_path.open("ab") as log:
+        outer = subprocess.Popen(
+            command,
+            cwd=servers.ROOT,
+            env=dict(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    running = Child(outer, log_path)
     try:
         yield running
     finally:

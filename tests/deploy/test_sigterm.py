@@ -19,12 +19,16 @@ harness does catch a process that installs no handler.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.deploy import processes
@@ -151,21 +155,110 @@ def test_the_cluster_watcher_stops_on_sigterm_in_the_middle_of_a_watch(
     assert "Traceback" not in proc.log()
 
 
-def test_migrate_stops_between_migrations_and_a_rerun_completes(tmp_path: Path) -> None:
+Start = Callable[[list[str], dict[str, str], Path], AbstractContextManager[processes.Pid1]]
+
+
+@pytest.mark.parametrize(
+    ("start", "signum"),
+    [
+        (as_pid1, signal.SIGTERM),
+        (processes.as_child, signal.SIGTERM),
+        (processes.as_child, signal.SIGINT),
+    ],
+    ids=["pid-1", "child", "child-sigint"],
+)
+def test_migrate_stops_between_migrations_and_a_rerun_completes(
+    start: Start, signum: signal.Signals, tmp_path: Path
+) -> None:
+    """SIGTERM in the window where a migration's tables are committed and its record is not.
+
+    Django records a migration that left deferred SQL (auth.0001_initial's indexes on
+    PostgreSQL) only after the schema editor's transaction commits
+    (django/db/migrations/executor.py, `MigrationExecutor.apply_migration`). The test holds
+    django_migrations in SHARE mode, which lets migrate read it but not insert: the record
+    waits in that window, and SIGTERM comes then. A stop there would leave auth's tables
+    unrecorded, and the rerun would fail with `relation "auth_permission" already exists`.
+    """
     with processes.fresh_database("sigterm_migrate") as url:
         env = processes.production_env(database_url=url, data_dir=tmp_path)
-        # -v 1 names each migration as it is applied: SIGTERM comes once the first is.
-        with as_pid1(entrypoint("migrate", "-v", "1"), env, tmp_path / "log") as proc:
-            proc.wait_for_line("Applying ")
-            code, seconds = proc.sigterm()
-            print(f"{proc.label()} stopped {seconds:.1f} s after SIGTERM")
-        assert code == 128 + 15, proc.log()
-        interrupted_at = processes.applied_migrations(url)
-        # Each migration is one transaction: what ran is recorded, the rest runs next time.
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0", "contenttypes"],
+            cwd=servers.ROOT,
+            env=env,
+            check=True,
+            timeout=300,
+        )
+        with psycopg.connect(url) as holder:
+            holder.execute("LOCK TABLE django_migrations IN SHARE MODE")
+            with start(
+                entrypoint("migrate", "auth", "0001_initial"), env, tmp_path / "log"
+            ) as proc:
+                proc.wait_for("auth's tables and a waiting record", lambda: _record_waits(url))
+                proc.send(signum)
+                _wait_until("migrate notes the signal or ends", lambda: _noted_or_ended(proc))
+                holder.rollback()
+                code = proc.outer.wait(timeout=processes.STOP_SECONDS)
+        assert _applied(url, "auth") == ["auth.0001_initial"], proc.log()
+        assert code == 128 + signum, proc.log()
+        assert f"{signum.name}: stopping once auth.0001_initial is recorded" in proc.log()
+        # The rest runs next time.
         with as_pid1(entrypoint("migrate"), env, tmp_path / "log2") as rerun:
             rerun.wait_for("the rerun", lambda: rerun.outer.poll() is not None, timeout=300)
         assert rerun.outer.returncode == 0, rerun.log()
-        assert processes.applied_migrations(url) > interrupted_at, "SIGTERM came too late"
+        assert "auth.0002_alter_permission_name_max_length" in _applied(url, "auth")
+
+
+def test_migrate_stops_at_once_outside_a_migration(tmp_path: Path) -> None:
+    """Before its first migration (here blocked reading django_migrations, which the test
+    locks), SIGTERM ends migrate as PID 1 at once, as hooksvc.pid1 does for other commands."""
+    with processes.fresh_database("sigterm_migrate_early") as url:
+        env = processes.production_env(database_url=url, data_dir=tmp_path)
+        with psycopg.connect(url) as holder:
+            holder.execute("CREATE TABLE django_migrations (id serial PRIMARY KEY, app text)")
+            holder.execute("LOCK TABLE django_migrations IN ACCESS EXCLUSIVE MODE")
+            with as_pid1(entrypoint("migrate"), env, tmp_path / "log") as proc:
+                proc.wait_for("migrate waiting for django_migrations", lambda: _waits(url))
+                code, seconds = proc.sigterm()
+                print(f"{proc.label()} stopped {seconds:.1f} s after SIGTERM")
+        assert code == 128 + 15, proc.log()
+        assert "stopping once" not in proc.log()
+
+
+def _waits(url: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query LIKE '%django_migrations%')"
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def _record_waits(url: str) -> bool:
+    """auth's tables are committed, and migrate's insert into django_migrations waits."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT to_regclass('auth_permission') IS NOT NULL AND EXISTS ("
+            " SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO \"django_migrations\"%')"
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def _noted_or_ended(proc: processes.Pid1) -> bool:
+    return proc.outer.poll() is not None or ": stopping once" in proc.log()
+
+
+def _wait_until(what: str, ready: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + processes.STOP_SECONDS
+    while not ready():
+        assert time.monotonic() < deadline, f"{what}: not within {processes.STOP_SECONDS} s"
+        time.sleep(0.05)
+
+
+def _applied(url: str, app: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT name FROM django_migrations WHERE app = %s", (app,))
+        return [f"{app}.{name}" for (name,) in rows.fetchall()]
 
 
 def test_waiting_for_migrations_stops_on_sigterm_and_ends_once_migrated(
