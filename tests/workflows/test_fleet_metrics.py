@@ -16,10 +16,13 @@ import datetime
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from prometheus_client.core import Metric
 
 from hooksvc.contract import catalog
 from hooksvc.serving import scrape
+from tests.hooks.test_metrics import get_metrics, value
+from tests.support import servers
 from tests.workflows.runs import make_run
 from workflows.hookpath import answers
 from workflows.models import Run
@@ -158,3 +161,24 @@ def test_the_sql_filter_holds_exactly_the_runs_whose_answer_holds(
         assert 0 < len(held) < len(runs), "the table has runs on both sides"
     else:
         assert not held
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_real_server_reports_the_fleet_once_whichever_worker_answers(
+    hook_server: servers.HookServer,
+) -> None:
+    """gunicorn runs several workers; the fleet's gauges are computed by the one that answers
+    and written to no multiprocess file, so no scrape adds them up twice."""
+    gate = (("approve", "approval", "waiting"),)
+    for i in range(3):
+        make_run(template="many", cluster=f"m/c{i}", steps=gate)
+    make_run(template="many", cluster="m/c9", state="failed")
+    hour_ago = timezone.now() - datetime.timedelta(hours=1)
+    Run.objects.filter(template_name="many").update(created_at=hour_ago)
+    for _ in range(6):  # a new connection each time, so either worker may answer
+        samples = get_metrics(hook_server)
+        assert value(samples, "hooksvc_runs", template="many", state="awaiting_approval") == 3
+        assert value(samples, "hooksvc_runs", template="many", state="failed") == 1
+        blocked = value(samples, "hooksvc_run_blocked_seconds", hook=UPGRADE, template="many")
+        assert blocked >= 3600
