@@ -42,7 +42,9 @@ class RunsCollector(Collector):
     - hooksvc_runs{template,state}: runs by honest state (workflows/operators/states.py:
       awaiting_approval and released included);
     - hooksvc_run_blocked_seconds{hook,template}: the age of the oldest run that holds its
-      cluster's lifecycle (workflows/operators/holding.py), 0 when none does.
+      cluster's lifecycle (workflows/operators/holding.py), 0 when none does;
+    - hooksvc_run_awaiting_approval_seconds{template}: how long the longest wait for a
+      person has lasted, 0 when nobody is asked.
 
     Computed per scrape and never written to the multiprocess files, so the gunicorn
     worker that answers reports the fleet once, whatever the number of workers.
@@ -58,8 +60,13 @@ class RunsCollector(Collector):
         try:
             rows = list(
                 states.annotate(Run.objects.order_by())
+                .annotate(asked_at=holding.waiting_since())
                 .values_list("template_name", "hook", states.FIELD)
-                .annotate(count=Count("id"), oldest=Min("created_at", filter=holds))
+                .annotate(
+                    count=Count("id"),
+                    oldest=Min("created_at", filter=holds),
+                    asked=Min("asked_at", filter=states.where(states.State.AWAITING_APPROVAL)),
+                )
             )
         except Exception:
             # The scrape still reports the rest; /readyz and the log say the database is down.
@@ -69,9 +76,12 @@ class RunsCollector(Collector):
             return
         counts: dict[tuple[str, str], int] = {}
         oldest: dict[tuple[str, str], datetime.datetime | None] = {}
+        asked: dict[str, datetime.datetime] = {}
         blocking = set(holding.blocking_hooks())
-        for template, hook, state, count, first in rows:
+        for template, hook, state, count, first, asked_at in rows:
             counts[template, state] = counts.get((template, state), 0) + count
+            if asked_at is not None and (template not in asked or asked_at < asked[template]):
+                asked[template] = asked_at
             if hook not in blocking:
                 continue
             known = oldest.setdefault((hook, template), first)
@@ -98,6 +108,16 @@ class RunsCollector(Collector):
             age = max(0.0, (now - first).total_seconds()) if first else 0.0
             blocked.add_metric([hook, template], age)
         yield blocked
+        waiting = GaugeMetricFamily(
+            "hooksvc_run_awaiting_approval_seconds",
+            "How long the longest current wait for a person's approval has lasted, by template"
+            " (0: nobody is asked).",
+            labels=["template"],
+        )
+        for template in sorted({template for template, _ in counts}):
+            since = asked.get(template)
+            waiting.add_metric([template], max(0.0, (now - since).total_seconds()) if since else 0)
+        yield waiting
 
 
 class QueueCollector(Collector):

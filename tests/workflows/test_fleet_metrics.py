@@ -7,7 +7,8 @@ written in SQL (workflows/operators/holding.py) and checked here against the ans
 non-blocking AfterControlPlaneInitialized (its response has no retryAfterSeconds:
 kubernetes-sigs/cluster-api api/runtime/hooks/v1alpha1/lifecycles_types.go,
 AfterControlPlaneInitializedResponse embeds CommonResponse only) and hooksvc's own
-ClusterDeleted.
+ClusterDeleted. `hooksvc_run_awaiting_approval_seconds{template}` is how long the longest
+current wait for a person has lasted, from the approval step's start.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ def test_runs_are_counted_by_honest_state_and_the_oldest_held_run_gives_the_age(
 ) -> None:
     t = now[0]
     gate = (("approve", "approval", "waiting"),)
-    aged(make_run(template="gate", cluster="a/c1", steps=gate), t, 90)
+    asked = aged(make_run(template="gate", cluster="a/c1", steps=gate), t, 90)
+    # Its approval step has waited for an hour (the run started half an hour before).
+    asked.steps.update(started_at=t - datetime.timedelta(minutes=60))
     aged(make_run(template="gate", cluster="a/c2", steps=(("s", "noop", "waiting"),)), t, 30)
     aged(make_run(template="gate", cluster="a/c3", state="pending"), t, 5)
     # Released: the lifecycle went on, so however old, it blocks nothing.
@@ -61,7 +64,8 @@ def test_runs_are_counted_by_honest_state_and_the_oldest_held_run_gives_the_age(
     aged(make_run(template="backup", cluster="b/c2", state="cancelled"), t, 50)
     # Held by no run: one that succeeded, one released.
     aged(make_run(template="quiet", cluster="q/c1", state="succeeded"), t, 10)
-    aged(make_run(template="quiet", cluster="q/c2", state="running"), t, 20, released=True)
+    released = make_run(template="quiet", cluster="q/c2", state="running", steps=gate)
+    aged(released, t, 20, released=True).steps.update(started_at=t - datetime.timedelta(days=1))
     # CAPI does not wait for this hook's answer: counted as a run, never as held.
     notify = make_run(
         template="notify", hook="AfterControlPlaneInitialized", cluster="n/c1", moment=""
@@ -88,11 +92,19 @@ def test_runs_are_counted_by_honest_state_and_the_oldest_held_run_gives_the_age(
         (UPGRADE, "backup"): 50 * 60,
         (UPGRADE, "quiet"): 0,
     }, "the oldest held run per hook and template; 0 where none holds; no non-blocking hook"
+    assert got["hooksvc_run_awaiting_approval_seconds"] == {
+        ("gate",): 60 * 60,
+        ("backup",): 0,
+        ("quiet",): 0,
+        ("notify",): 0,
+    }, "since the approval step started waiting; a released run asks nobody"
 
     now[0] = t + datetime.timedelta(minutes=10)
-    assert collect()["hooksvc_run_blocked_seconds"][UPGRADE, "gate"] == 100 * 60, (
+    later = collect()
+    assert later["hooksvc_run_blocked_seconds"][UPGRADE, "gate"] == 100 * 60, (
         "the age follows the engine's clock"
     )
+    assert later["hooksvc_run_awaiting_approval_seconds"]["gate",] == 70 * 60
 
 
 def test_with_no_runs_both_families_are_there_without_series(
@@ -102,6 +114,7 @@ def test_with_no_runs_both_families_are_there_without_series(
     assert [(f.name, f.type, f.samples) for f in families] == [
         ("hooksvc_runs", "gauge", []),
         ("hooksvc_run_blocked_seconds", "gauge", []),
+        ("hooksvc_run_awaiting_approval_seconds", "gauge", []),
     ]
 
 

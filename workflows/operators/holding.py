@@ -4,16 +4,18 @@ A run holds CAPI when the hook answers from it with a Failure or `retryAfterSeco
 the rules of `workflows.hookpath.answers.render`, written here as a `Q` so that the
 metrics (hooksvc/serving/scrape.py) count the whole fleet in one query. The two are kept
 equal by tests/workflows/test_fleet_metrics.py, which renders each case both ways.
+`waiting_since` says since when a run awaiting approval has waited for its person.
 """
 
 from __future__ import annotations
 
 import datetime
 
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 
 from hooksvc.contract import catalog
-from workflows.models import Run
+from workflows.models import Run, StepRun
+from workflows.operators import states
 
 
 def blocking_hooks() -> tuple[str, ...]:
@@ -33,3 +35,11 @@ def holds(now: datetime.datetime) -> Q:
         & ~Q(spec__contains={"holdsLifecycle": False})
         & ~(past_deadline & Q(spec__contains={"onDeadline": "Proceed"}))
     )
+
+
+def waiting_since() -> Subquery:
+    """For a run (as `OuterRef`), when its earliest step now waiting for a person started."""
+    steps = StepRun.objects.filter(
+        run=OuterRef("pk"), type__in=states.person_step_types(), state=StepRun.State.WAITING
+    ).order_by("started_at")
+    return Subquery(steps.values("started_at")[:1])
