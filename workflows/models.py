@@ -295,6 +295,43 @@ class HookCall(models.Model):
         return f"{self.hook} {self.cluster_namespace}/{self.cluster_name}"
 
 
+class Bypass(models.Model):
+    """Break glass: a hook's matching calls are answered Success, starting no run, until it expires.
+
+    Opened and ended by an operator (`manage.py workflows bypass`, workflows.operators.bypasses)
+    with who and why; the hook path reads the ones in force in its one query
+    (workflows.hookpath.bypass). Existing runs are left as they are.
+    """
+
+    hook = models.CharField(max_length=64, choices=HOOK_CHOICES)
+    #: Only clusters in this namespace ("" for every namespace).
+    namespace = models.CharField(max_length=253, blank=True)
+    #: A Kubernetes label selector on the cluster's labels ("" for every cluster).
+    selector = models.CharField(max_length=500, blank=True)
+    actor = models.CharField(max_length=150)
+    reason = models.CharField(max_length=200)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    #: Set when an operator ended it before it expired.
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.CharField(max_length=150, blank=True)
+    end_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # The hook path's look-up: the ones of a hook not ended yet.
+            models.Index(
+                fields=["hook", "expires_at"],
+                name="workflows_bypass_hook_idx",
+                condition=models.Q(ended_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"bypass {self.pk} of {self.hook}"
+
+
 class KnownCluster(models.Model):
     """A Cluster the watcher saw, so that its deletion is noticed after a watch gap too.
 

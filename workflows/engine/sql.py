@@ -59,29 +59,46 @@ RUN_ANSWER_COLUMNS = (
 STEP_TIMES_COLUMNS = ("state", "type", "due_at", "started_at", "timeout_seconds")
 
 
-def _step_time(name: str) -> str:
-    return f"extract(epoch FROM s.{name})" if name.endswith("_at") else f"s.{name}"
+def _json_values(alias: str, names: Sequence[str]) -> str:
+    """The columns for json_build_array: times as seconds since the epoch."""
+    return ", ".join(
+        f"extract(epoch FROM {alias}.{name})" if name.endswith("_at") else f"{alias}.{name}"
+        for name in names
+    )
 
+
+#: What the hook path needs of each break-glass bypass in force (hookpath.bypass.Active):
+#: the expiry as seconds since the epoch.
+BYPASS_COLUMNS = ("id", "selector", "actor", "reason", "expires_at")
 
 #: The steady-state poll, written out: compiling the equivalent ORM query (a FilteredRelation
 #: join) cost more CPU than PostgreSQL spends running it. Runs are joined by their template's
 #: name, as the unique constraint (workflows_run_moment_uniq) keys them: a template deleted
 #: and made again under the same name still finds its runs in this one query. Each run's due
 #: steps come along as one JSON array of STEP_TIMES_COLUMNS (an index scan of its step rows),
-#: so that the answer can say when the run can next change without a second query.
-#: Parameters: cluster key, moment, hook. Columns: TEMPLATE_COLUMNS,
-#: then RUN_ANSWER_COLUMNS (all NULL where the template has no run for this moment), then
-#: the steps' array (NULL when none is due).
+#: so that the answer can say when the run can next change without a second query. The
+#: hook's bypasses in force for the cluster's namespace come along the same way (one
+#: aggregate, the same on every row; the one lasting longest first), so that break glass
+#: costs no query of its own.
+#: Parameters (by name): key, moment, hook, now, namespace. Columns: TEMPLATE_COLUMNS, then
+#: RUN_ANSWER_COLUMNS (all NULL where the template has no run for this moment), then the
+#: steps' array (NULL when none is due), then the bypasses' array (NULL when none).
 TEMPLATES_AND_RUNS = (
-    f"SELECT {_columns('t', TEMPLATE_COLUMNS)}, {_columns('r', RUN_ANSWER_COLUMNS)}, st.steps"  # noqa: S608  # nosec B608
+    f"SELECT {_columns('t', TEMPLATE_COLUMNS)}, {_columns('r', RUN_ANSWER_COLUMNS)}, st.steps,"  # noqa: S608  # nosec B608
+    " bp.bypasses"
     " FROM workflows_workflowtemplate t LEFT OUTER JOIN workflows_run r"
-    " ON r.template_name = t.name AND r.hook = t.hook AND r.cluster_key = %s"
-    " AND r.moment = %s"
+    " ON r.template_name = t.name AND r.hook = t.hook AND r.cluster_key = %(key)s"
+    " AND r.moment = %(moment)s"
     " LEFT JOIN LATERAL (SELECT json_agg(json_build_array("
-    f"{', '.join(_step_time(c) for c in STEP_TIMES_COLUMNS)})) AS steps"
+    f"{_json_values('s', STEP_TIMES_COLUMNS)})) AS steps"
     " FROM workflows_steprun s WHERE s.run_id = r.id"
     f" AND s.state IN ({', '.join(repr(str(s)) for s in StepRun.DUE)})) st ON true"
-    " WHERE t.hook = %s ORDER BY t.name"
+    " CROSS JOIN (SELECT json_agg(json_build_array("
+    f"{_json_values('b', BYPASS_COLUMNS)})"
+    " ORDER BY b.expires_at DESC, b.id) AS bypasses"
+    " FROM workflows_bypass b WHERE b.hook = %(hook)s AND b.ended_at IS NULL"
+    " AND b.expires_at > %(now)s AND b.namespace IN ('', %(namespace)s)) bp"
+    " WHERE t.hook = %(hook)s ORDER BY t.name"
 )
 #: The columns of a hook call's record, in the order COPY_HOOK_CALLS takes them.
 HOOK_CALL_COLUMNS = (

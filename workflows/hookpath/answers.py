@@ -2,7 +2,8 @@
 
 `answer` is what the hook view calls: pick the matching templates, ensure one run per
 template for this cluster and moment (workflows.hookpath.runs), and combine the runs'
-answers as CAPI combines extensions. No slow work: a steady-state poll is one query.
+answers as CAPI combines extensions; a break-glass bypass in force (workflows.hookpath.bypass)
+answers Success instead, starting nothing. No slow work: a steady-state poll is one query.
 `render` is a pure function of a run's recorded state and the clock.
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from hooksvc.contract import catalog, wire
 from workflows.engine import clock, messages
-from workflows.hookpath import retry
+from workflows.hookpath import bypass, retry
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run
 
@@ -36,9 +37,14 @@ PROCEED = Answer(catalog.Status.SUCCESS)
 
 def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
     """Ensure the runs `call` starts and answer from their state."""
-    templates, found, due = hook_runs.templates_and_runs(call)
+    templates, found, due, bypasses = hook_runs.templates_and_runs(call)
     if not templates:
         return PROCEED
+    covered = bypass.covering(bypasses, call)
+    if covered is not None:
+        # Break glass: the lifecycle proceeds and no run starts; runs already started are
+        # left as they are (the engine goes on with them, the next moment is held again).
+        return Answer(catalog.Status.SUCCESS, bypass.message(covered))
     cycle = hook_runs.wait_cycle(templates)
     if cycle:
         # The runs would wait for each other for ever: start none and say why.

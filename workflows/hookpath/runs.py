@@ -1,7 +1,8 @@
 """Find or create a hook call's runs: one run per (template, cluster, moment), for good.
 
 `templates_and_runs` reads the hook's templates that match the call, their runs for this
-moment and those runs' due steps in one query (a steady-state poll is that query alone).
+moment, those runs' due steps and the hook's break-glass bypasses in one query (a
+steady-state poll is that query alone).
 `runs_ensure` creates the missing runs with an insert that the unique constraint arbitrates
 (fifty concurrent calls make one run), and wakes the engine once they commit. The Cluster
 watcher calls `runs_ensure` too, for deleted Clusters that CAPI calls no hook for.
@@ -12,14 +13,14 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connection, transaction
 
 from hooksvc.contract import wire
 from workflows.definitions import spec
 from workflows.engine import clock, dispatch, messages, sql
-from workflows.hookpath import retry, selection
+from workflows.hookpath import bypass, retry, selection
 from workflows.models import Run, WorkflowTemplate
 
 RUN_CONSTRAINT = "workflows_run_moment_uniq"
@@ -39,31 +40,47 @@ def _name(template: WorkflowTemplate) -> str:
     return template.name
 
 
-def templates_and_runs(
-    call: wire.HookCall,
-) -> tuple[list[WorkflowTemplate], dict[str, Run], dict[str, list[retry.StepTimes]]]:
-    """The hook's templates that match `call`, their runs for this moment and those runs' due
-    steps (by template name), in one query."""
+class Found(NamedTuple):
+    """What the hook's one query finds for a call."""
+
+    templates: list[WorkflowTemplate]
+    #: The templates' runs for this moment, by template name.
+    runs: dict[str, Run]
+    #: Those runs' due steps, by template name.
+    steps: dict[str, list[retry.StepTimes]]
+    #: The hook's break-glass bypasses in force for the cluster's namespace.
+    bypasses: list[bypass.Active]
+
+
+def templates_and_runs(call: wire.HookCall) -> Found:
+    """The hook's templates that match `call`, their runs for this moment, those runs' due
+    steps and the hook's bypasses in force, in one query."""
     hook = call.hook.name
+    params: dict[str, str | datetime.datetime] = {
+        "key": call.cluster.key,
+        "moment": selection.moment_key(call),
+        "hook": hook,
+        "now": clock.now(),
+        "namespace": call.cluster.namespace,
+    }
     with connection.cursor() as cursor:
-        cursor.execute(sql.TEMPLATES_AND_RUNS, (call.cluster.key, selection.moment_key(call), hook))
+        cursor.execute(sql.TEMPLATES_AND_RUNS, params)
         rows = cursor.fetchall()
-    templates: list[WorkflowTemplate] = []
-    found: dict[str, Run] = {}
-    steps: dict[str, list[retry.StepTimes]] = {}
+    found = Found([], {}, {}, bypass.actives(_decode_json(rows[0][-1])) if rows else [])
     width = len(sql.TEMPLATE_COLUMNS)
+    run_end = width + len(sql.RUN_ANSWER_COLUMNS)
     for row in rows:
         template = dict(zip(sql.TEMPLATE_COLUMNS, row[:width], strict=True))
         template["spec"] = _decode_json(template["spec"])
         if not selection.matches(template["spec"], call):
             continue
-        templates.append(WorkflowTemplate(hook=hook, **template))
-        run = dict(zip(sql.RUN_ANSWER_COLUMNS, row[width:-1], strict=True))
+        found.templates.append(WorkflowTemplate(hook=hook, **template))
+        run = dict(zip(sql.RUN_ANSWER_COLUMNS, row[width:run_end], strict=True))
         if run["id"] is not None:
             run["spec"] = _decode_json(run["spec"])
-            found[template["name"]] = Run(**run)
-            steps[template["name"]] = retry.step_times(_decode_json(row[-1]))
-    return templates, found, steps
+            found.runs[template["name"]] = Run(**run)
+            found.steps[template["name"]] = retry.step_times(_decode_json(row[run_end]))
+    return found
 
 
 def _decode_json(value: Any) -> Any:

@@ -1,0 +1,178 @@
+"""Break glass: open, end and list bypasses, each recorded with who and why.
+
+A bypass makes a hook's matching calls answer Success without starting runs, until it
+expires by itself (workflows.hookpath.bypass applies it on the hook path); runs that exist
+are left as they are. The CLI (`manage.py workflows bypass`) and the admin's banner use
+these. Everything is checked before anything is written; once it commits, the action is
+logged (`action: operator_action`) with the operator and the reason, as run actions are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import re
+
+from django.db import transaction
+
+from hooksvc.contract import catalog
+from workflows.engine import clock
+from workflows.hookpath import bypass as hook_bypass
+from workflows.hookpath import labelselector
+from workflows.models import Bypass
+
+logger = logging.getLogger(__name__)
+
+#: The longest break glass: an emergency measure, not a setting (renew it if need be).
+MAX_DURATION = datetime.timedelta(days=7)
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+#: A Kubernetes namespace name (a DNS-1123 label).
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_REASON_LENGTH = Bypass._meta.get_field("reason").max_length or 200
+
+
+class BypassError(ValueError):
+    """A bypass that cannot be opened or ended as asked; the message says why."""
+
+
+def parse_duration(text: str) -> datetime.timedelta:
+    """`90s`, `30m`, `2h`, `1h30m`, `1d`: more than nothing and at most MAX_DURATION."""
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or match is None:
+        raise BypassError(
+            f"duration {text!r}: write it as a number with a unit, d, h, m or s (30m, 2h, 1h30m)"
+        )
+    days, hours, minutes, seconds = (int(n or 0) for n in match.groups())
+    duration = datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    if duration <= datetime.timedelta(0):
+        raise BypassError(f"duration {text!r}: a bypass must last more than 0 s")
+    if duration > MAX_DURATION:
+        raise BypassError(f"duration {text!r}: a bypass lasts at most 7d; open another later")
+    return duration
+
+
+def _check(hook: str, selector: str, namespace: str, actor: str, reason: str) -> None:
+    if hook not in catalog.HOOKS:
+        raise BypassError(f"unknown hook {hook!r}; one of: {', '.join(catalog.HOOKS)}")
+    try:
+        labelselector.parse(selector)
+    except labelselector.SelectorError as exc:
+        raise BypassError(f"selector {selector!r}: {exc}") from None
+    if len(selector) > (Bypass._meta.get_field("selector").max_length or 0):
+        raise BypassError("selector: at most 500 characters")
+    if namespace and (len(namespace) > 63 or not _NAMESPACE.fullmatch(namespace)):
+        raise BypassError(f"namespace {namespace!r} is not a Kubernetes namespace name")
+    if not actor.strip():
+        raise BypassError("a bypass needs the operator's name")
+    _check_reason(reason)
+
+
+def _check_reason(reason: str) -> None:
+    # The reason goes into every covered answer's message (and the hook-call records):
+    # one short line.
+    if not reason.strip():
+        raise BypassError("a bypass needs a reason")
+    if len(reason) > _REASON_LENGTH:
+        raise BypassError(f"reason: at most {_REASON_LENGTH} characters (it is in every answer)")
+    if any(ord(c) < 32 or ord(c) == 127 for c in reason):
+        raise BypassError("reason: one line, without control characters")
+
+
+def _log(operation: str, bypass: Bypass, *, actor: str, reason: str) -> None:
+    fields = {
+        "action": "operator_action",
+        "operation": operation,
+        "actor": actor,
+        "reason": reason,
+        "bypass": bypass.pk,
+        "hook": bypass.hook,
+        "selector": bypass.selector,
+        "namespace": bypass.namespace,
+        "expires": bypass.expires_at.isoformat(),
+    }
+    message = f"operator {actor} did {operation} {bypass.pk} of {bypass.hook}"
+    transaction.on_commit(lambda: logger.info(message, extra=fields))
+
+
+def bypass_open(
+    *,
+    hook: str,
+    duration: datetime.timedelta,
+    actor: str,
+    reason: str,
+    selector: str = "",
+    namespace: str = "",
+) -> Bypass:
+    """Answer `hook`'s matching calls Success, starting no run, for `duration` from now."""
+    _check(hook, selector, namespace, actor, reason)
+    if not datetime.timedelta(0) < duration <= MAX_DURATION:
+        raise BypassError("a bypass lasts more than 0 s and at most 7d")
+    # To the second: the expiry is printed in every covered answer.
+    now = clock.now().replace(microsecond=0)
+    with transaction.atomic():
+        bypass = Bypass.objects.create(
+            hook=hook,
+            selector=selector.strip(),
+            namespace=namespace,
+            actor=actor,
+            reason=reason.strip(),
+            created_at=now,
+            expires_at=now + duration,
+        )
+        _log("bypass", bypass, actor=actor, reason=bypass.reason)
+    return bypass
+
+
+def bypass_end(*, bypass_id: int, actor: str, reason: str) -> Bypass:
+    """End a bypass before it expires: matching calls start runs again."""
+    if not actor.strip():
+        raise BypassError("ending a bypass needs the operator's name")
+    _check_reason(reason)
+    with transaction.atomic():
+        bypass = Bypass.objects.select_for_update().filter(pk=bypass_id).first()
+        if bypass is None:
+            raise BypassError(f"bypass {bypass_id} does not exist")
+        if bypass.ended_at is not None:
+            raise BypassError(f"bypass {bypass_id} was already ended by {bypass.ended_by}")
+        now = clock.now()
+        if bypass.expires_at <= now:
+            raise BypassError(
+                f"bypass {bypass_id} already expired at {hook_bypass.until(bypass.expires_at)}"
+            )
+        bypass.ended_at, bypass.ended_by, bypass.end_reason = now, actor, reason.strip()
+        bypass.save(update_fields=["ended_at", "ended_by", "end_reason"])
+        _log("bypass_end", bypass, actor=actor, reason=bypass.end_reason)
+    return bypass
+
+
+def active(now: datetime.datetime | None = None) -> list[Bypass]:
+    """The bypasses in force, the one expiring first first (one query)."""
+    return list(
+        Bypass.objects.filter(ended_at__isnull=True, expires_at__gt=now or clock.now()).order_by(
+            "expires_at", "id"
+        )
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """A bypass as the fleet's banner and `bypass --list` show it."""
+
+    bypass: Bypass
+    scope: str
+    summary: str
+
+
+def shown(bypass: Bypass) -> Shown:
+    where = f"namespace {bypass.namespace}" if bypass.namespace else "every namespace"
+    which = f"clusters matching {bypass.selector}" if bypass.selector else "every cluster"
+    scope = f"{bypass.hook} for {which} in {where}"
+    return Shown(
+        bypass=bypass,
+        scope=scope,
+        summary=(
+            f"bypass {bypass.pk}: {scope}, by {bypass.actor} until "
+            f"{hook_bypass.until(bypass.expires_at)}: {bypass.reason}"
+        ),
+    )
