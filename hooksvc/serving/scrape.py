@@ -3,10 +3,10 @@
 The counters and histograms come from the multiprocess directory (hooksvc/multiproc.py),
 so whichever gunicorn worker answers the scrape reports them all. The fleet's gauges are
 computed here, at scrape time: runs by template and honest state and the age of the
-oldest run holding a lifecycle (one GROUP BY), and the depth of the Celery queue in
-Redis. With HOOKSVC_METRICS_TOKEN set, the scrape must carry
-`Authorization: Bearer <token>`. With HOOKSVC_ADMIN_PORT set, only the admin port serves
-it (hooksvc/serving/middleware.py).
+oldest run holding a lifecycle (one GROUP BY), break-glass bypasses in force by hook, and
+the depth of the Celery queue in Redis. With HOOKSVC_METRICS_TOKEN set, the scrape must
+carry `Authorization: Bearer <token>`. With HOOKSVC_ADMIN_PORT set, only the admin port
+serves it (hooksvc/serving/middleware.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import hmac
 import logging
+from collections import Counter
 from collections.abc import Iterator
 
 import redis
@@ -27,6 +28,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from hooksvc import multiproc
+from hooksvc.contract import catalog
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +122,31 @@ class RunsCollector(Collector):
         yield waiting
 
 
+class BypassesCollector(Collector):
+    """hooksvc_bypasses_active{hook}: break-glass bypasses in force, every hook (zeros too)."""
+
+    def collect(self) -> Iterator[Metric]:
+        from workflows.operators import bypasses
+
+        try:
+            counts = Counter(b.hook for b in bypasses.active())
+        except Exception:
+            logger.warning(
+                "metrics: bypasses not counted",
+                extra={"action": "metrics_bypasses_failed"},
+                exc_info=True,
+            )
+            return
+        family = GaugeMetricFamily(
+            "hooksvc_bypasses_active",
+            "Break-glass bypasses in force (hook calls answered without runs), by hook.",
+            labels=["hook"],
+        )
+        for hook in catalog.HOOKS:
+            family.add_metric([hook], counts.get(hook, 0))
+        yield family
+
+
 class QueueCollector(Collector):
     """hooksvc_celery_queue_depth: wake-ups waiting in Redis for a worker (absent otherwise)."""
 
@@ -173,5 +200,6 @@ def metrics(request: HttpRequest) -> HttpResponse:
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(multiproc.directory()))  # type: ignore[no-untyped-call]
     registry.register(RunsCollector())
+    registry.register(BypassesCollector())
     registry.register(QueueCollector(settings.CELERY_BROKER_URL))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -154,8 +154,9 @@ def test_a_thousand_clusters_page_by_fifty_in_one_query_for_the_rows(
     for i, run in enumerate(runs):
         run.created_at = now - datetime.timedelta(minutes=1000 - i)
     Run.objects.bulk_update(runs, ["created_at"])
-    # The session, the user, the counts, the filter menus, and ONE query for the rows.
-    with django_assert_num_queries(5) as queries:  # type: ignore[operator]
+    # The session, the user, the counts, the filter menus, the break glass in force, and ONE
+    # query for the rows.
+    with django_assert_num_queries(6) as queries:  # type: ignore[operator]
         page = admin_client.get(FLEET + "?page=2").content.decode()
     assert rows(page)[:2] == ["team-0/c0050", "team-1/c0051"] and len(rows(page)) == 50
     assert "1000 clusters · page 2 of 20" in page

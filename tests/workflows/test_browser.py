@@ -3,13 +3,15 @@
 CAPI-shaped hook calls start the runs through the real hook server and a real worker runs
 them. An operator lands on the fleet, approves twenty clusters at once from it, reads a run's
 page (which refreshes itself while the run is active), approves one run from its page and
-sees it succeed without reloading. Screenshots at 1280 and 1920 px wide are kept under
-test-output/<test name>/.
+sees it succeed without reloading. Break glass: a bypass lets a canary cluster's call through
+and shows as a banner on the fleet, and its answer in the hook calls. Screenshots at 1280 and
+1920 px wide are kept under test-output/<test name>/.
 """
 
 from __future__ import annotations
 
 import datetime
+import io
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.db import connections
 from django.utils import timezone
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
@@ -25,7 +28,7 @@ from tests.support import capi, servers
 from tests.support import workflows as wf
 from tests.support.worker import Worker
 from tests.workflows.test_worker import wait_for
-from workflows.models import Run, RunEvent, StepRun
+from workflows.models import Bypass, Run, RunEvent, StepRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -285,3 +288,50 @@ def test_a_run_page_refreshes_itself_until_the_approved_run_succeeds(
     assert run.state == "succeeded"
     event = RunEvent.objects.get(name="approve")
     assert (event.actor, event.reason) == ("admin:operator", "change window open")
+
+
+def test_break_glass_lets_calls_through_and_shows_on_the_fleet(
+    hook_server: servers.HookServer,
+    worker: Worker,
+    browser: BrowserContext,
+    output_dir: Path,
+) -> None:
+    gate_template()
+    start_runs(hook_server, "fleet", 3)
+    out = io.StringIO()
+    call_command(
+        "workflows", "bypass", "--hook", HOOK, "--namespace", "canary", "--selector",
+        "env=prod", "--for", "2h", "--reason", "INC-42: gate template broken", "--actor",
+        "cli:ann", stdout=out,
+    )  # fmt: skip
+    bypass = Bypass.objects.get()
+
+    # A canary cluster's call proceeds at once and starts nothing; the message says why.
+    cluster = capi.cluster_v1beta2(name="canary-1", namespace="canary", uid="uid-canary-1")
+    status, answer = hook_server.post(capi.hook_path(HOOK), capi.hook_request(HOOK, cluster))
+    assert (status, answer["status"], answer["retryAfterSeconds"]) == (200, "Success", 0)
+    assert answer["message"].startswith(f"hooksvc break glass {bypass.pk} by cli:ann until ")
+    assert answer["message"].endswith(
+        ": INC-42: gate template broken; no workflow runs for this call"
+    )
+    assert not Run.objects.filter(cluster_namespace="canary").exists()
+
+    page = operator_page(browser, f"https://localhost:{hook_server.port}")
+    banner = page.locator("#break-glass")
+    expect(banner).to_contain_text(
+        f"bypass {bypass.pk}: {HOOK} for clusters matching env=prod in namespace canary, "
+        "by cli:ann until"
+    )
+    expect(banner).to_contain_text("INC-42: gate template broken")
+    expect(banner).to_contain_text(f"workflows bypass --end {bypass.pk} --reason")
+    # The runs already held stay held: break glass changes answers, not runs.
+    expect(page.locator("#fleet tbody tr.hk-row")).to_have_count(3)
+    shoot(page, output_dir, "break-glass")
+
+    page.get_by_role("link", name="Hook calls").click()
+    expect(page.locator("#result_list")).to_contain_text(f"hooksvc break glass {bypass.pk}")
+    shoot(page, output_dir, "break-glass-hook-calls")
+
+    call_command("workflows", "bypass", "--end", str(bypass.pk), "--reason", "fixed", stdout=out)
+    page.goto(page.url.split("/admin/")[0] + "/admin/")
+    expect(page.locator("#break-glass")).to_have_count(0)

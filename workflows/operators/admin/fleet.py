@@ -23,7 +23,7 @@ from django.utils import timezone
 from hooksvc.contract import catalog
 from workflows.models import Run
 from workflows.operators import bulk as bulk_actions
-from workflows.operators import selectors, states
+from workflows.operators import bypasses, selectors, states
 from workflows.operators.admin import common
 
 PER_PAGE = 50
@@ -107,12 +107,9 @@ def _link(filters: selectors.FleetFilter, **changes: Any) -> str:
     return "?" + urlencode({k: v for k, v in values.items() if v})
 
 
-def active_bypasses() -> list[Any]:
-    """The break glass in force (hook calls answered without runs), for the banner.
-
-    The bypass model is the "operate" part of issue 14; until it lands there is none.
-    """
-    return []
+def active_bypasses(now: datetime.datetime) -> list[bypasses.Shown]:
+    """The break glass in force (hook calls answered without runs), for the banner: one query."""
+    return [bypasses.shown(b) for b in bypasses.active(now)]
 
 
 def fleet_view(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
@@ -153,7 +150,7 @@ def fleet_view(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
         "states": [(s.value, s.label) for s in states.State],
         "bulk_actions": list(bulk_actions.ACTIONS.items()),
         "may_act": common.may_act(request),
-        "bypasses": active_bypasses(),
+        "bypasses": active_bypasses(now),
         "now": common.when(now),
         "links": [
             ("All runs", reverse("admin:workflows_run_changelist")),
