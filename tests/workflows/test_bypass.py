@@ -375,3 +375,23 @@ def test_metrics_count_the_bypasses_in_force_by_hook(held: Moment, client: Clien
     )
     held[0] += HOUR
     assert (active()[HOOK], active()["BeforeClusterDelete"]) == ("1.0", "0.0")
+
+
+def test_the_admin_lists_every_bypass_with_its_state_read_only(admin_client: Client) -> None:
+    in_force = open_bypass(selector="env=prod")
+    ended = open_bypass(hook="BeforeClusterDelete")
+    bypasses.bypass_end(bypass_id=ended.pk, actor="cli:bob", reason="over")
+    expired = open_bypass()
+    Bypass.objects.filter(pk=expired.pk).update(expires_at=expired.created_at - HOUR)
+    page = admin_client.get("/admin/workflows/bypass/").content.decode()
+    rows = page.split("<tbody>")[1].split("</tbody>")[0].split("</tr>")
+
+    def row(bypass: Bypass) -> str:
+        [found] = [r for r in rows if f"/admin/workflows/bypass/{bypass.pk}/change/" in r]
+        return found
+
+    assert ">in force</span>" in row(in_force) and "env=prod" in row(in_force)
+    assert ">ended</span>" in row(ended) and "by cli:bob" in row(ended)
+    assert ">expired</span>" in row(expired) and "by cli:" not in row(expired)
+    assert "Add bypass" not in page
+    assert 'href="/admin/workflows/bypass/"' in admin_client.get("/admin/").content.decode()

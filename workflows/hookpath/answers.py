@@ -42,8 +42,8 @@ def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
         return PROCEED
     covered = bypass.covering(bypasses, call)
     if covered is not None:
-        # Break glass: the lifecycle proceeds and no run starts; runs already started are
-        # left as they are (the engine goes on with them, the next moment is held again).
+        # Break glass: the lifecycle proceeds and no run starts. Runs already there are left
+        # as they are: the engine goes on with them, and they answer again once it is over.
         return Answer(catalog.Status.SUCCESS, bypass.message(covered))
     cycle = hook_runs.wait_cycle(templates)
     if cycle:

@@ -12,4 +12,4 @@ class AdminConfig(DjangoAdminConfig):
         super().ready()
         # The model admins live with the other operator pieces (workflows.operators), where
         # Django's autodiscovery (which imports `<app>.admin`) would not find them.
-        from workflows.operators.admin import documents, hookcalls, runs  # noqa: F401
+        from workflows.operators.admin import bypasses, documents, hookcalls, runs  # noqa: F401

@@ -155,6 +155,7 @@ def fleet_view(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
         "links": [
             ("All runs", reverse("admin:workflows_run_changelist")),
             ("Hook calls", reverse("admin:workflows_hookcall_changelist")),
+            ("Break glass", reverse("admin:workflows_bypass_changelist")),
             ("Templates", reverse("admin:workflows_workflowtemplate_changelist")),
             ("Add-on profiles", reverse("admin:workflows_addonprofile_changelist")),
             ("Users", reverse("admin:auth_user_changelist")),
