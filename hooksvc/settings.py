@@ -100,6 +100,11 @@ PRODUCTION = HOOKSVC_ENV == "production"
 
 DATA_DIR = Path(os.environ.get("HOOKSVC_DATA_DIR", BASE_DIR / "var"))
 
+#: How an operator runs manage.py where hooksvc runs, as the commands hooksvc suggests
+#: print it: the image's Python is on PATH (its WORKDIR holds manage.py); a checkout's is
+#: in .venv, and a fresh shell there may have no `python` at all.
+MANAGE_PY = "python manage.py" if PRODUCTION else ".venv/bin/python manage.py"
+
 
 def _secret_key() -> str:
     key = os.environ.get("HOOKSVC_SECRET_KEY", "")

@@ -134,8 +134,8 @@ def test_a_failed_enforced_removal_holds_naming_profile_and_object_until_retried
     run = Run.objects.get(template_name="addon-remove-strict")
     message = (
         "workflow addon-remove-strict failed at step remove: ConfigMap addons/strict: "
-        f"API server answered 403 Forbidden; retry it with `manage.py workflows retry {run.pk} "
-        "--step remove`"
+        "API server answered 403 Forbidden; retry it with "
+        f'`.venv/bin/python manage.py workflows retry {run.pk} --step remove --reason "<why>"`'
     )
     assert answer("BeforeClusterDelete") == answers.Answer(catalog.Status.SUCCESS, message, 1)
     assert answer("BeforeClusterDelete") == answers.Answer(catalog.Status.SUCCESS, message, 1)
@@ -192,12 +192,15 @@ def test_an_enforced_removal_waits_past_its_dependents_failure_until_it_is_retri
     clusters.fail_next("DELETE", r"/configmaps/app$", 403)
     settle("BeforeClusterDelete")
     assert removal_runs() == {"addon-remove-app": "failed", "addon-remove-base": "pending"}
+    failed = Run.objects.get(template_name="addon-remove-app")
     assert Run.objects.get(template_name="addon-remove-base").message == (
-        "workflow addon-remove-base is waiting for workflow addon-remove-app, which failed; "
-        "retry or release it"
+        f"workflow addon-remove-base is waiting for workflow addon-remove-app (run {failed.pk}),"
+        " which failed; retry it with "
+        f'`.venv/bin/python manage.py workflows retry {failed.pk} --reason "<why>"` or '
+        f"release it with `.venv/bin/python manage.py workflows release {failed.pk} "
+        '--reason "<why>"`'
     )
     assert present(clusters) == ["app", "base"], "base stays while app, which uses it, stays"
-    failed = Run.objects.get(template_name="addon-remove-app")
     actions.run_retry(run_id=failed.pk, actor="cli:ops", reason="RBAC fixed")
     settle("BeforeClusterDelete")
     assert removal_runs() == {"addon-remove-app": "succeeded", "addon-remove-base": "succeeded"}

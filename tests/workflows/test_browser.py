@@ -167,7 +167,8 @@ def neighbours() -> None:
             state="failed",
             released=released,
             message="workflow backup-before-upgrade failed at step backup; "
-            "retry it with `manage.py workflows retry RUN_ID --reason REASON`",
+            "retry it with `.venv/bin/python manage.py workflows retry RUN_ID --reason "
+            '"<why>"`',
             finished_at=now,
             deadline_at=now - datetime.timedelta(minutes=5),
         )

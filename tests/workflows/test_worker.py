@@ -367,7 +367,8 @@ def test_a_failed_step_holds_or_fails_and_retry_recovers_it(
     message = (
         f"workflow notify failed at step call: 127.0.0.1:{receiver.server_address[1]}"
         " answered HTTP 503; "
-        f"retry it with `manage.py workflows retry {run.pk} --step call`"
+        f"retry it with `.venv/bin/python manage.py workflows retry {run.pk} --step call "
+        '--reason "<why>"`'
     )
     if on_failure == "Fail":
         assert failed == {

@@ -118,7 +118,8 @@ def test_a_chart_that_fails_is_reported_in_fixed_words(
     assert answer["message"] == (
         "workflow helm-before-upgrade failed at step addons: Helm release web/demo: values do"
         " not match the chart's schema; "
-        f"retry it with `manage.py workflows retry {run.pk} --step addons`"
+        f"retry it with `.venv/bin/python manage.py workflows retry {run.pk} --step addons "
+        '--reason "<why>"`'
     )
     assert cluster.list_objects("apps", "v1", "deployments", WEB) == []
 

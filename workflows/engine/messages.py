@@ -2,7 +2,8 @@
 
 CAPI copies a hook's message into the Cluster's conditions, so these hold no timestamps,
 durations, counters or raw errors, and no secrets: only names, states and fixed words.
-Hints name the operator's command (`manage.py workflows ...`) that moves a run on.
+Hints name the operator's command that moves a run on, and run exactly as printed where
+hooksvc runs (`settings.MANAGE_PY`), once each `<placeholder>` is replaced (`REASON`).
 Step types write their own progress and error messages (workflows/steps/).
 """
 
@@ -10,13 +11,38 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from django.conf import settings
+
 #: The longest message a run or step row keeps (their `message` columns).
 MAX_LENGTH = 500
+#: What a suggested command asks of the operator: every action records why.
+REASON = '--reason "<why>"'
 
 
 def fit(message: str) -> str:
     """`message` cut to what the row keeps."""
     return message[:MAX_LENGTH]
+
+
+# --- Commands an operator is told to run ----------------------------------------------------
+
+
+def command(arguments: str) -> str:
+    """`manage.py arguments` as it runs where hooksvc runs."""
+    return f"{settings.MANAGE_PY} {arguments}"
+
+
+def retry_command(run_id: int, step: str = "") -> str:
+    on_step = f" --step {step}" if step else ""
+    return command(f"workflows retry {run_id}{on_step} {REASON}")
+
+
+def release_command(run_id: int) -> str:
+    return command(f"workflows release {run_id} {REASON}")
+
+
+def approve_command(run_id: int, step: str) -> str:
+    return command(f"workflows approve {run_id} --step {step} {REASON}")
 
 
 # --- A run's message: what the hook answers while the run holds the lifecycle -------------
@@ -40,16 +66,20 @@ def run_waiting_at_step(name: str, waiting: str, step: str) -> str:
 
 
 def run_failed_at_step(run_id: int, name: str, step: str, reason: str) -> str:
-    return fit(
-        f"workflow {name} failed at step {step}: {reason}; "
-        f"retry it with `manage.py workflows retry {run_id} --step {step}`"
-    )
+    head = f"workflow {name} failed at step {step}: "
+    hint = f"; retry it with `{retry_command(run_id, step)}`"
+    # The step's reason gives way, never the hint.
+    room = MAX_LENGTH - len(head) - len(hint)
+    if len(reason) > room:
+        reason = reason[: max(0, room - 3)] + "..."
+    return fit(head + reason + hint)
 
 
 def run_cancelled(run_id: int, name: str) -> str:
     return (
         f"workflow {name} was cancelled by an operator; "
-        f"retry it with `manage.py workflows retry {run_id}` or release the hold"
+        f"retry it with `{retry_command(run_id)}` "
+        f"or release the hold with `{release_command(run_id)}`"
     )
 
 
@@ -65,8 +95,12 @@ def waiting_for_workflow(name: str, other: str) -> str:
     return f"workflow {name} is waiting for workflow {other} to finish"
 
 
-def waiting_for_failed_workflow(name: str, other: str, state: str) -> str:
-    return f"workflow {name} is waiting for workflow {other}, which {state}; retry or release it"
+def waiting_for_failed_workflow(name: str, other: str, other_run_id: int, state: str) -> str:
+    return (
+        f"workflow {name} is waiting for workflow {other} (run {other_run_id}), which {state}; "
+        f"retry it with `{retry_command(other_run_id)}` "
+        f"or release it with `{release_command(other_run_id)}`"
+    )
 
 
 def waiting_for_slot(name: str, limit: int) -> str:

@@ -236,14 +236,14 @@ def _start_blocker(run: Run) -> str:
         # add-on while what depends on it failed to go would break the dependent. A run
         # that holds nothing (best effort) goes on. Only the latest run counts, so an old
         # failure that a later run made good does not block.
-        latest = runs.order_by("-pk").values_list("state", "released").first()
+        latest = runs.order_by("-pk").values_list("pk", "state", "released").first()
         if (
             spec.get("holdsLifecycle", True)
             and latest is not None
-            and latest[0] in (Run.State.FAILED, Run.State.CANCELLED)
-            and not latest[1]
+            and latest[1] in (Run.State.FAILED, Run.State.CANCELLED)
+            and not latest[2]
         ):
-            return messages.waiting_for_failed_workflow(name, other, latest[0])
+            return messages.waiting_for_failed_workflow(name, other, latest[0], latest[1])
     limit = spec.get("concurrency")
     if limit:
         _lock_budget(name)

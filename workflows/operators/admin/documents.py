@@ -17,6 +17,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 
 from workflows.definitions import addons, apply, spec
+from workflows.engine import messages
 from workflows.models import AddonProfile, WorkflowTemplate
 
 
@@ -87,8 +88,8 @@ class _DocumentForm(forms.ModelForm):  # type: ignore[type-arg]
             raise forms.ValidationError(exc.messages) from None
         if len(documents) != 1 or documents[0].kind != self.kind:
             raise forms.ValidationError(
-                f"one {self.kind} document is edited here; "
-                "apply several with `manage.py apply_workflows`"
+                f"one {self.kind} document is edited here; apply several with "
+                f"`{messages.command('apply_workflows -f <file>')}`"
             )
         doc = documents[0]
         if self.instance.pk and doc.name != self.instance.name:

@@ -1,0 +1,165 @@
+"""`workflows why NAMESPACE/NAME`: what holds each hook of a cluster, and the ways out.
+
+For each run of the cluster that still holds (its display state is one of
+`states.HOLDING`), grouped by hook and moment: the run, its state, since when, the step it
+is at and why, the last time CAPI asked, and the exact commands that move it on (each runs
+as printed once `<why>` is replaced; workflows/engine/messages.py writes them). A deletion
+held by BeforeClusterDelete has one more way out, in CAPI itself: the Cluster's
+`runtime.cluster.x-k8s.io/ok-to-delete` annotation (`OK_TO_DELETE`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from typing import Any
+
+from django.core.management.base import CommandError, OutputWrapper
+from django.utils import timezone
+
+from hooksvc.contract import catalog
+from workflows.engine import messages
+from workflows.models import HookCall, KnownCluster, Run, StepRun
+from workflows.operators import durations, selectors, states
+
+#: CAPI's annotation that lets a Cluster's deletion go on without BeforeClusterDelete:
+#: its topology controller calls the hook only while the Cluster lacks it, and its
+#: Cluster controller deletes a Cluster with a topology only once it has it
+#: (kubernetes-sigs/cluster-api api/runtime/v1beta2/extensionconfig_types.go,
+#: OkToDeleteAnnotation; core/reconcilers/topology/cluster/cluster_controller.go and
+#: core/reconcilers/cluster/cluster_controller.go, reconcileDelete). CAPI sets it, to "",
+#: once the hook answers without retryAfterSeconds.
+OK_TO_DELETE = "runtime.cluster.x-k8s.io/ok-to-delete"
+#: CAPI's Cluster resource, fully qualified: other CRDs are named `cluster` too.
+CLUSTER_RESOURCE = "clusters.cluster.x-k8s.io"
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    why = sub.add_parser("why", help="what holds each hook of a cluster, and the ways out")
+    why.add_argument("cluster", metavar="NAMESPACE/NAME")
+    why.set_defaults(handler=explain)
+
+
+def explain(stdout: OutputWrapper, options: dict[str, Any]) -> None:
+    namespace, sep, name = options["cluster"].partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise CommandError(f"cluster {options['cluster']!r}: write it as NAMESPACE/NAME")
+    now = timezone.now()
+    runs = list(
+        selectors.runs_list(cluster_namespace=namespace, cluster_name=name)
+        .prefetch_related("steps")
+        .order_by("created_at", "pk")
+    )
+    if not runs and not _seen(namespace, name):
+        raise CommandError(
+            f"hooksvc knows no cluster {namespace}/{name}: no run, hook call or watcher record "
+            f"names it (`{messages.command('workflows list')}` shows the clusters with runs)"
+        )
+    holding = [r for r in runs if states.of(r) in states.HOLDING]
+    if not holding:
+        stdout.write(
+            f"nothing holds cluster {namespace}/{name}: "
+            + (f"none of its {len(runs)} runs holds a hook" if runs else "it has no runs")
+        )
+        return
+    groups: dict[tuple[str, str], list[Run]] = {}
+    for run in holding:
+        groups.setdefault((run.hook, run.moment), []).append(run)
+    stdout.write(f"cluster {namespace}/{name}: {len(holding)} of its runs hold")
+    for (hook, moment), members in groups.items():
+        stdout.write("")
+        stdout.write(_group_line(hook, moment, members))
+        asked = _last_call(members[0], hook, moment)
+        if asked:
+            stdout.write(f"  {asked}")
+        for run in members:
+            for line in _run_lines(run, now):
+                stdout.write(f"  {line}")
+        if hook == catalog.HOOKS["BeforeClusterDelete"].name:
+            for line in _ok_to_delete(namespace, name):
+                stdout.write(f"  {line}")
+
+
+def _seen(namespace: str, name: str) -> bool:
+    """Whether hooksvc has met the cluster other than by a run: a hook call or the watcher."""
+    return (
+        HookCall.objects.filter(cluster_namespace=namespace, cluster_name=name).exists()
+        or KnownCluster.objects.filter(namespace=namespace, name=name).exists()
+    )
+
+
+def _group_line(hook: str, moment: str, runs: list[Run]) -> str:
+    at = f" {moment}" if moment else ""
+    spec = catalog.MOMENTS.get(hook)
+    holds = [r for r in runs if r.spec.get("holdsLifecycle", True)]
+    if spec is None or not spec.blocking:
+        effect = "CAPI does not wait for this hook"
+    elif not holds:
+        effect = "its runs do not hold the lifecycle (holdsLifecycle: false)"
+    else:
+        effect = "CAPI waits until every run below succeeds or is released"
+    count = f"{len(runs)} run" + ("s" if len(runs) != 1 else "")
+    return f"{hook}{at}: {count}; {effect}"
+
+
+def _last_call(run: Run, hook: str, moment: str) -> str:
+    call = (
+        HookCall.objects.filter(cluster_key=run.cluster_key, hook=hook, moment=moment)
+        .order_by("-at", "-id")
+        .first()
+    )
+    if call is None:
+        return ""
+    retry = f", retry after {call.retry_after} s" if call.retry_after else ""
+    return f"CAPI last asked at {_time(call.at)}: answered {call.status}{retry}"
+
+
+def _time(moment: datetime.datetime) -> str:
+    return moment.isoformat(timespec="seconds")
+
+
+def _run_lines(run: Run, now: datetime.datetime) -> list[str]:
+    state = states.of(run)
+    held_for = durations.span((now - run.created_at).total_seconds())
+    lines = [
+        f"run {run.pk} ({run.template_name}): {state.label}, "
+        f"holding since {_time(run.created_at)} ({held_for})"
+    ]
+    steps = sorted(run.steps.all(), key=lambda s: s.position)
+    current = next((s for s in steps if s.name == getattr(run, "step_name", None)), None)
+    if current is not None:
+        since = current.finished_at or current.started_at
+        lines.append(
+            f"  at step {current.name} ({current.type}, {current.state})"
+            + (f" since {_time(since)}" if since else "")
+        )
+    why = selectors.why(run)
+    lines.append(f"  why: {why}")
+    if run.message and run.message != why:
+        lines.append(f"  message: {run.message}")
+    if run.deadline_at is not None:
+        lines.append(f"  deadline: {_time(run.deadline_at)}")
+    lines.append("  ways out:")
+    lines.extend(f"    {way}" for way in _ways_out(run, state, steps))
+    return lines
+
+
+def _ways_out(run: Run, state: states.State, steps: list[StepRun]) -> list[str]:
+    ways = []
+    if state == states.State.AWAITING_APPROVAL:
+        for step in steps:
+            if states.step_waits_for_person(step):
+                ways.append(f"approve it:  {messages.approve_command(run.pk, step.name)}")
+    if state in (states.State.FAILED, states.State.CANCELLED):
+        ways.append(f"retry it:    {messages.retry_command(run.pk)}")
+    ways.append(f"release it:  {messages.release_command(run.pk)}")
+    return ways
+
+
+def _ok_to_delete(namespace: str, name: str) -> list[str]:
+    return [
+        "or let CAPI delete the Cluster without this hook: with this annotation on the Cluster",
+        "(in the management cluster) CAPI calls BeforeClusterDelete no more and deletes it;",
+        "hooksvc's runs stay as they are:",
+        f"    kubectl annotate {CLUSTER_RESOURCE} {name} --namespace {namespace} {OK_TO_DELETE}=",
+    ]
