@@ -24,7 +24,9 @@ from __future__ import annotations
 import html
 import io
 import os
+import pty
 import re
+import select
 import shlex
 import shutil
 import subprocess  # nosec B404: the commands under test
@@ -32,10 +34,13 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
+from hooksvc.serving import devserver
 from tests.support import capi, servers
 from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
@@ -68,26 +73,35 @@ def suggested(text: str) -> list[str]:
     return found
 
 
-def run_as_printed(
-    command: str, fills: dict[str, str] | None = None, env: dict[str, str] | None = None
-) -> str:
-    """`command` run from the checkout as a shell would, placeholders filled; its stdout."""
-    for placeholder, value in {**FILLS, **(fills or {})}.items():
-        command = command.replace(placeholder, value)
-    assert not re.search(r"<[a-z]+>", command), f"an unnamed placeholder is left: {command}"
-    environment = {
+def _environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A shell's environment, with the test database and broker where hooksvc looks."""
+    return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "hooksvc.settings",
         "DATABASE_URL": servers.test_database_url(),
         "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
         "HOOKSVC_DATA_DIR": str(settings.DATA_DIR),
         "HOOKSVC_STEP_MODULES": ",".join(settings.STEP_MODULES),
-        **(env or {}),
+        **(extra or {}),
     }
+
+
+def _filled(command: str, fills: dict[str, str] | None = None) -> list[str]:
+    """`command` split as a shell does, each placeholder replaced."""
+    for placeholder, value in {**FILLS, **(fills or {})}.items():
+        command = command.replace(placeholder, value)
+    assert not re.search(r"<[a-z]+>", command), f"an unnamed placeholder is left: {command}"
+    return shlex.split(command)
+
+
+def run_as_printed(
+    command: str, fills: dict[str, str] | None = None, env: dict[str, str] | None = None
+) -> str:
+    """`command` run from the checkout as a shell would, placeholders filled; its stdout."""
     done = subprocess.run(  # nosec B603: the command under test
-        shlex.split(command),
+        _filled(command, fills),
         cwd=servers.ROOT,
-        env=environment,
+        env=_environment(env),
         capture_output=True,
         text=True,
         check=False,
@@ -276,3 +290,61 @@ def test_a_long_failure_reason_gives_way_to_the_hint() -> None:
     assert message.endswith(
         f'...; retry it with `{settings.MANAGE_PY} workflows retry 7 --step call --reason "<why>"`'
     )
+
+
+def run_in_a_terminal(command: str, answers: list[tuple[str, str]]) -> str:
+    """`command` run as printed in a terminal of its own (a pseudo-terminal that is its
+    controlling one, as in a shell), typing each answer once its prompt shows; what it
+    printed. A prompt that never shows fails the test rather than hang it."""
+    argv = _filled(command)
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: exec, or leave without running the parent's code
+        try:
+            os.chdir(servers.ROOT)
+            os.execve(argv[0], argv, _environment())  # noqa: S606  # nosec B606
+        finally:
+            os._exit(127)
+    printed, answered = "", 0
+    try:
+        while True:
+            ready, _, _ = select.select([terminal], [], [], 60)
+            assert ready, f"no prompt {answers[0][0]!r} after: {printed}"
+            try:
+                chunk = os.read(terminal, 4096).decode(errors="replace")
+            except OSError:  # EIO: the command ended and closed its terminal
+                break
+            if not chunk:
+                break
+            printed += chunk
+            while answers and answers[0][0] in printed[answered:]:
+                prompt, typed = answers.pop(0)
+                answered = printed.index(prompt, answered) + len(prompt)
+                os.write(terminal, typed.encode() + b"\n")
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(terminal)
+    assert os.waitstatus_to_exitcode(status) == 0, f"{command!r} failed: {printed}"
+    assert not answers, f"never asked {answers}: {printed}"
+    return printed
+
+
+def test_make_runs_admin_hint_creates_a_superuser_in_a_terminal() -> None:
+    """`make run` without an admin says how to make one; that command, typed in a terminal,
+    makes one (it asks for the password on the terminal itself, as getpass does)."""
+    [command, *_] = suggested(devserver.ensure_admin({}))
+    assert command == ".venv/bin/python manage.py createsuperuser"
+    password = "correct horse battery staple 42"
+    printed = run_in_a_terminal(
+        command,
+        [
+            ("Username", "ops-admin"),
+            ("Email address:", "ops@example.com"),
+            ("Password:", password),
+            ("Password (again):", password),
+        ],
+    )
+    assert "Superuser created successfully." in printed
+    user = get_user_model().objects.get(username="ops-admin")
+    assert user.is_superuser
+    # manage.py hashes as hooksvc does; the tests' settings keep only a fast hasher.
+    assert PBKDF2PasswordHasher().verify(password, user.password)
