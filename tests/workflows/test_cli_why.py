@@ -42,7 +42,7 @@ def test_a_run_waiting_for_approval_shows_its_question_and_approve_and_release()
     )
     run.refresh_from_db()
     text = why()
-    assert text.splitlines()[0] == "cluster prod/c1: 1 of its runs hold"
+    assert text.splitlines()[0] == "cluster prod/c1: held by 1 run"
     assert (
         "BeforeClusterUpgrade v1.33.0: 1 run; CAPI waits until every run below succeeds or is "
         "released" in text
@@ -103,7 +103,7 @@ def test_runs_are_grouped_by_hook_and_moment_with_capis_last_call() -> None:
         latency_ms=3.0,
     )
     text = why()
-    assert text.splitlines()[0] == "cluster prod/c1: 3 of its runs hold"
+    assert text.splitlines()[0] == "cluster prod/c1: held by 3 runs"
     upgrade = text.index("BeforeClusterUpgrade v1.33.0: 2 runs;")
     create = text.index("BeforeClusterCreate: 1 run;")
     assert upgrade < create, "groups in the order their first run was made"

@@ -30,6 +30,8 @@ from workflows.operators import durations, selectors, states
 #: core/reconcilers/cluster/cluster_controller.go, reconcileDelete). CAPI sets it, to "",
 #: once the hook answers without retryAfterSeconds.
 OK_TO_DELETE = "runtime.cluster.x-k8s.io/ok-to-delete"
+#: The hook that holds a Cluster's deletion.
+DELETE_HOOK = "BeforeClusterDelete"
 #: CAPI's Cluster resource, fully qualified: other CRDs are named `cluster` too.
 CLUSTER_RESOURCE = "clusters.cluster.x-k8s.io"
 
@@ -65,7 +67,7 @@ def explain(stdout: OutputWrapper, options: dict[str, Any]) -> None:
     groups: dict[tuple[str, str], list[Run]] = {}
     for run in holding:
         groups.setdefault((run.hook, run.moment), []).append(run)
-    stdout.write(f"cluster {namespace}/{name}: {len(holding)} of its runs hold")
+    stdout.write(f"cluster {namespace}/{name}: held by {_count(len(holding))}")
     for (hook, moment), members in groups.items():
         stdout.write("")
         stdout.write(_group_line(hook, moment, members))
@@ -75,7 +77,7 @@ def explain(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         for run in members:
             for line in _run_lines(run, now):
                 stdout.write(f"  {line}")
-        if hook == catalog.HOOKS["BeforeClusterDelete"].name:
+        if hook == DELETE_HOOK:
             for line in _ok_to_delete(namespace, name):
                 stdout.write(f"  {line}")
 
@@ -90,16 +92,19 @@ def _seen(namespace: str, name: str) -> bool:
 
 def _group_line(hook: str, moment: str, runs: list[Run]) -> str:
     at = f" {moment}" if moment else ""
-    spec = catalog.MOMENTS.get(hook)
+    known = catalog.MOMENTS.get(hook)
     holds = [r for r in runs if r.spec.get("holdsLifecycle", True)]
-    if spec is None or not spec.blocking:
+    if known is None or not known.blocking:
         effect = "CAPI does not wait for this hook"
     elif not holds:
         effect = "its runs do not hold the lifecycle (holdsLifecycle: false)"
     else:
         effect = "CAPI waits until every run below succeeds or is released"
-    count = f"{len(runs)} run" + ("s" if len(runs) != 1 else "")
-    return f"{hook}{at}: {count}; {effect}"
+    return f"{hook}{at}: {_count(len(runs))}; {effect}"
+
+
+def _count(runs: int) -> str:
+    return f"{runs} run" + ("" if runs == 1 else "s")
 
 
 def _last_call(run: Run, hook: str, moment: str) -> str:
