@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import Client
 
@@ -215,7 +216,8 @@ def test_the_cli_opens_lists_and_ends_a_bypass_with_who_and_why(held: Moment) ->
     assert out.splitlines() == [
         f"bypass {bypass.pk} in force until 2026-11-24 01:00:00 UTC: {HOOK} for clusters "
         "matching env=prod in every namespace answer Success without runs",
-        f'end it early with `manage.py workflows bypass --end {bypass.pk} --reason "<why>"`',
+        f"end it early with `{settings.MANAGE_PY} workflows bypass --end {bypass.pk} "
+        '--reason "<why>"`',
     ]
     assert (bypass.actor, bypass.reason, bypass.created_at) == ("cli:ann", "CAB-9 outage", held[0])
     assert [re.split(r"\s{2,}", line) for line in cli("--list").splitlines()] == [

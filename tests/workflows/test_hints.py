@@ -2,8 +2,9 @@
 
 The commands are collected from real messages: the hook's answer for a run in each state
 that prints a hint (a failed step, a cancelled run, a run waiting for a failed workflow),
-`workflows why` for a cluster held in each way, its error for an unknown cluster, and the
-admin's template form. Each is run as a subprocess from the checkout, as printed (only
+`workflows why` for a cluster held in each way, its error for an unknown cluster, the
+admin's template form, break glass (the CLI and the fleet's banner) and `make run`'s
+admin hint (typed in a terminal). Each is run as a subprocess from the checkout, as printed (only
 `<why>` and `<file>` replaced), against the test database, Redis and the real worker; the
 test then checks it did what it said (the run moved on, CAPI's hook proceeds).
 
@@ -50,7 +51,7 @@ from tests.workflows.test_worker import call_hook, poll_until, proceeds
 from workflows.definitions import spec
 from workflows.engine import messages
 from workflows.hookpath import answers
-from workflows.models import Run, RunEvent, WorkflowTemplate
+from workflows.models import Bypass, Run, RunEvent, WorkflowTemplate
 from workflows.operators import actions
 from workflows.operators.cli import why
 
@@ -290,6 +291,28 @@ def test_a_long_failure_reason_gives_way_to_the_hint() -> None:
     assert message.endswith(
         f'...; retry it with `{settings.MANAGE_PY} workflows retry 7 --step call --reason "<why>"`'
     )
+
+
+def test_break_glass_end_hints_in_the_cli_and_on_the_fleet_end_it(admin_client: Client) -> None:
+    out = io.StringIO()
+    call_command(
+        "workflows", "bypass", "--hook", "BeforeClusterDelete", "--for", "1h",
+        "--reason", "restore drill", stdout=out,
+    )  # fmt: skip
+    bypass = Bypass.objects.get()
+    [from_cli] = suggested(out.getvalue())
+    page = html.unescape(admin_client.get(reverse("admin:index")).content.decode())
+    from_banner = re.search(r"end it early: <code>(.+?)</code>", page)
+    assert from_banner is not None, page
+    assert (
+        from_banner.group(1)
+        == from_cli
+        == (f'{settings.MANAGE_PY} workflows bypass --end {bypass.pk} --reason "<why>"')
+    )
+    run_as_printed(from_cli)
+    bypass.refresh_from_db()
+    assert bypass.ended_at is not None
+    assert bypass.end_reason == FILLS["<why>"]
 
 
 def run_in_a_terminal(command: str, answers: list[tuple[str, str]]) -> str:

@@ -14,6 +14,7 @@ import math
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import admin
 from django.http import HttpRequest, QueryDict
 from django.template.response import TemplateResponse
@@ -151,6 +152,8 @@ def fleet_view(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
         "bulk_actions": list(bulk_actions.ACTIONS.items()),
         "may_act": common.may_act(request),
         "bypasses": active_bypasses(now),
+        # The banner's hint runs as printed where hooksvc runs (engine/messages.py).
+        "manage_py": settings.MANAGE_PY,
         "now": common.when(now),
         "links": [
             ("All runs", reverse("admin:workflows_run_changelist")),

@@ -14,6 +14,7 @@ from typing import Any
 from django.core.management.base import CommandError, OutputWrapper
 
 from hooksvc.contract import catalog
+from workflows.engine import messages
 from workflows.hookpath import bypass as hook_bypass
 from workflows.models import Bypass
 from workflows.operators import bypasses
@@ -96,7 +97,8 @@ def _open(stdout: OutputWrapper, options: dict[str, Any]) -> None:
     stdout.write(
         f"bypass {bypass.pk} in force until {hook_bypass.until(bypass.expires_at)}: "
         f"{shown.scope} answer Success without runs\n"
-        f'end it early with `manage.py workflows bypass --end {bypass.pk} --reason "<why>"`'
+        f"end it early with `{messages.command(f'workflows bypass --end {bypass.pk}')} "
+        f"{messages.REASON}`"
     )
 
 
