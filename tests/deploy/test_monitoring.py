@@ -124,6 +124,7 @@ def test_the_rule_matches_the_prometheusrule_schema_and_each_alert_is_routable()
         "HooksvcAwaitingApprovalLong",
         "HooksvcWebDown",
         "HooksvcHookErrors",
+        "HooksvcBreakGlassInForce",
     }
     for alert in alerts:
         assert alert["labels"]["severity"] in {"critical", "warning", "info"}, alert["alert"]
@@ -166,10 +167,9 @@ def test_the_schema_check_refuses_a_broken_rule(change: Any) -> None:
 def test_fleet_gauges_are_taken_once_over_replicas_with_max_never_summed() -> None:
     """Every web replica reports the same fleet (read from PostgreSQL and Redis at scrape
     time): an expression must take max (or min) of the replicas before anything else."""
-    fleet = {"hooksvc_celery_queue_depth"} | {
-        family.name for family in scrape.RunsCollector().collect()
-    }
-    assert {"hooksvc_runs", "hooksvc_run_blocked_seconds"} <= fleet
+    collectors = (scrape.RunsCollector(), scrape.BypassesCollector())
+    fleet = {"hooksvc_celery_queue_depth"} | {f.name for c in collectors for f in c.collect()}
+    assert {"hooksvc_runs", "hooksvc_run_blocked_seconds", "hooksvc_bypasses_active"} <= fleet
     for where, expr in all_queries():
         for name, index in promql.selectors(expr):
             if name in fleet:
