@@ -69,10 +69,10 @@ def prune_hook_calls() -> None:
 
 
 @shared_task(name=dispatch.CLUSTER_EVENT, bind=True, max_retries=EVENT_RETRIES)
-def cluster_event(self: Any, run_id: int, outcome: str) -> None:
+def cluster_event(self: Any, run_id: int, outcome: str, text: str = "") -> None:
     """Best effort: a run's Event is retried while the API server is away, then dropped."""
     try:
-        events.emit(run_id, outcome)
+        events.emit(run_id, outcome, text)
     except errors.TemporaryError as exc:
         if self.request.retries < EVENT_RETRIES:
             raise self.retry(countdown=EVENT_RETRY_SECONDS) from exc

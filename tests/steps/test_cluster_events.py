@@ -1,4 +1,5 @@
-"""Events on the CAPI Cluster for a run's start, success and failure.
+"""Events on the CAPI Cluster for a run's start, success and failure, and when it starts
+waiting for a person (with the command that approves it, which runs as printed).
 
 The engine enqueues `workflows.cluster_event` after each transition commits (observed here by
 replacing the task's `delay`, our own seam, not the Kubernetes client); the task records the
@@ -9,10 +10,13 @@ quietly when no management cluster is configured.
 from __future__ import annotations
 
 import logging
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.test import override_settings
 
 from tests.steps.conftest import CLUSTER, CLUSTER_UID, NS
@@ -21,10 +25,11 @@ from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
 from tests.workflows.runs import make_run
 from workflows import tasks
-from workflows.engine import dispatch, scheduling
+from workflows.engine import dispatch, messages, scheduling
 from workflows.hookpath import runs as hook_runs
 from workflows.kube import events, k8s
 from workflows.models import Run
+from workflows.steps import memo
 
 pytestmark = pytest.mark.django_db
 
@@ -123,3 +128,51 @@ def test_the_engine_announces_start_and_outcome_after_commit(
     with django_capture_on_commit_callbacks(execute=True):
         scheduling.advance(run.pk)
     assert sent == [(run.pk, "started"), (run.pk, "succeeded")]
+
+
+def test_a_run_that_starts_waiting_for_a_person_says_so_with_the_command_that_approves_it(
+    kube: KubeEmulator,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The Event carries the approval's own text and a command that runs as printed.
+
+    Kubernetes checks an events.k8s.io note against NoteLengthLimit (1024 bytes,
+    kubernetes/kubernetes pkg/apis/core/validation/events.go); the text is kept under it.
+    """
+
+    def broker(name: str, args: tuple[Any, ...], countdown: float | None) -> None:
+        if name == dispatch.CLUSTER_EVENT:
+            tasks.cluster_event.apply(args=args)
+
+    monkeypatch.setattr(dispatch, "broker", broker)
+    asks = "Is the change window for prod open?"
+    template = wf.template(
+        "approve-prod", steps=[{"name": "approve", "type": "approval", "with": {"message": asks}}]
+    )
+    cluster = capi.cluster_v1beta2(name=CLUSTER, namespace=NS, uid=CLUSTER_UID)
+    with django_capture_on_commit_callbacks(execute=True):
+        [run] = hook_runs.runs_ensure(templates=[template], call=wf.call(cluster=cluster))
+        scheduling.advance(run.pk)
+    awaiting = [e for e in cluster_events(kube) if e[0] == "HooksvcAwaitingApproval"]
+    command = f'manage.py workflows approve {run.pk} --step approve --reason "<why>"'
+    text = (
+        "workflow approve-prod is waiting for approval at step approve for "
+        f'BeforeClusterUpgrade v1.33.0: "{asks}"; approve it with `{command}`'
+    )
+    assert awaiting == [("HooksvcAwaitingApproval", text, "Normal", CLUSTER_UID)]
+
+    printed = re.search(r"`manage\.py (.+)`", awaiting[0][1])
+    assert printed is not None
+    call_command(*shlex.split(printed.group(1).replace("<why>", "window open")))
+    step = run.steps.get()
+    assert step.memo[memo.APPROVAL_REASON] == "window open"
+    assert step.memo[memo.APPROVED_BY].startswith("cli:")
+
+
+def test_a_long_approval_text_is_cut_to_fit_an_event() -> None:
+    text = messages.run_awaiting_person(
+        7, "w", "waiting for approval", "s", moment="BeforeClusterDelete", asks="x" * 5000
+    )
+    assert len(text.encode()) < 1024
+    assert '..."; approve it with `manage.py workflows approve 7 --step s' in text

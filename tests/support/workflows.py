@@ -7,6 +7,7 @@ from typing import Any
 
 from hooksvc.contract import catalog, wire
 from tests.support import capi
+from workflows.definitions import typed
 from workflows.models import WorkflowTemplate
 from workflows.steps import registry
 
@@ -14,27 +15,13 @@ from workflows.steps import registry
 def spec(
     hook: str = "BeforeClusterUpgrade", steps: list[dict[str, Any]] | None = None, **fields: Any
 ) -> dict[str, Any]:
-    """A normalized template spec with defaults, as workflows.definitions.spec produces it."""
+    """A normalized template spec: the typed template's defaults, then `fields` (camelCase)."""
     normalized_steps = []
     for step in steps if steps is not None else [{"name": "only", "type": "noop"}]:
-        normalized = {"with": {}, "timeoutSeconds": None, "retries": 3, "dependsOn": [], **step}
+        normalized = {**typed.Step(name=step["name"], type=step["type"]).as_spec(), **step}
         normalized["with"] = registry.validate(normalized["type"], normalized["with"], hook=hook)
         normalized_steps.append(normalized)
-    return {
-        "hook": hook,
-        "clusterSelector": {},
-        "settings": {},
-        "retryAfterSeconds": 10,
-        "approvalRetryAfterSeconds": None,
-        "onFailure": "Block",
-        "deadlineSeconds": None,
-        "onDeadline": "Block",
-        "concurrency": None,
-        "waitFor": [],
-        "holdsLifecycle": True,
-        **fields,
-        "steps": normalized_steps,
-    }
+    return {**typed.Template(hook=hook).as_spec(), **fields, "steps": normalized_steps}
 
 
 def template(

@@ -4,22 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from workflows.definitions import typed
 from workflows.models import Run, StepRun
 
-SPEC: dict[str, Any] = {
-    "hook": "BeforeClusterUpgrade",
-    "clusterSelector": {},
-    "settings": {},
-    "retryAfterSeconds": 10,
-    "approvalRetryAfterSeconds": None,
-    "onFailure": "Block",
-    "deadlineSeconds": None,
-    "onDeadline": "Block",
-    "concurrency": None,
-    "waitFor": [],
-    "holdsLifecycle": True,
-    "steps": [],
-}
+#: A stored spec with every default (the typed template's), and no steps.
+SPEC: dict[str, Any] = typed.Template(hook="BeforeClusterUpgrade").as_spec()
 
 
 def make_run(

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection
 
 from workflows import errors
-from workflows.steps import registry
+from workflows.steps import memo, registry
 
 PREFIX = "hooksvc-test"
 
@@ -149,3 +149,24 @@ def tracked(ctx: registry.StepContext) -> registry.Outcome:
     """Counts its calls; its cleanup counts too (a stand-in for a step that makes objects)."""
     client().incr(f"{PREFIX}:calls:{ctx.object_name()}")
     return registry.Done({"tracked": True})
+
+
+@registry.step_type(
+    "sign_off",
+    params={"message": registry.Param(str)},
+    waiting_message="waiting for sign-off",
+    waits_for_person=True,
+)
+def sign_off(ctx: registry.StepContext) -> registry.Outcome:
+    """A custom step that only a person ends, as `approval` (read from the shared memo keys)."""
+    if ctx.memo.get(memo.APPROVED_BY):
+        return registry.Done({"signedOffBy": ctx.memo[memo.APPROVED_BY]})
+    return registry.Poll(after=600, message="waiting for sign-off")
+
+
+@registry.step_type("flaky", params={"failures": registry.Param(int, default=1, minimum=0)})
+def flaky(ctx: registry.StepContext) -> registry.Outcome:
+    """Fails its first `failures` attempts with a temporary error, then succeeds."""
+    if ctx.attempt <= ctx.params["failures"]:
+        raise errors.TemporaryError(f"attempt {ctx.attempt} refused")
+    return registry.Done({"attempts": ctx.attempt})

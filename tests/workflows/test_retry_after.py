@@ -8,19 +8,21 @@ work needs holds the cluster for nothing, and an answer below it only costs a ca
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 import pytest
 from django.test import override_settings
 
 from tests.support import workflows as wf
+from workflows.definitions import typed
 from workflows.engine import scheduling
 from workflows.hookpath import answers, retry
 from workflows.hookpath.retry import StepTimes
 from workflows.models import Run
 
 NOW = datetime.datetime(2026, 11, 23, 12, 0, 0, tzinfo=datetime.UTC)
-SPEC = {"retryAfterSeconds": 30}
+SPEC = typed.Template(hook="BeforeClusterUpgrade", retry_after_seconds=30)
 
 
 def at(seconds: float) -> datetime.datetime:
@@ -46,7 +48,7 @@ def step(
 def answer(
     *steps: StepTimes,
     state: str = "running",
-    spec: dict[str, object] | None = None,
+    spec: typed.Template = SPEC,
     wake_in: float | None = None,
     deadline_in: float | None = None,
     deadline_exceeded: bool = False,
@@ -59,7 +61,7 @@ def answer(
         steps=steps,
         now=NOW,
     )
-    return retry.seconds(change, person=retry.awaiting_person(steps), spec=spec or SPEC, now=NOW)
+    return retry.seconds(change, person=retry.awaiting_person(steps), spec=spec, now=NOW)
 
 
 def test_a_wait_step_answers_the_seconds_until_it_ends_not_the_templates_value() -> None:
@@ -111,7 +113,8 @@ def test_the_runs_deadline_comes_first_when_it_is_sooner() -> None:
 def test_a_run_waiting_for_a_person_answers_the_templates_value() -> None:
     approval = step(type_="approval", due_in=290.0)
     assert answer(approval) == 30
-    assert answer(approval, spec={"retryAfterSeconds": 30, "approvalRetryAfterSeconds": 5}) == 5
+    shorter = dataclasses.replace(SPEC, approval_retry_after_seconds=5)
+    assert answer(approval, spec=shorter) == 5
 
 
 def test_an_approval_beside_a_working_step_answers_the_working_step() -> None:

@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from hooksvc import metrics
 from hooksvc.contract import catalog, wire
 from workflows.controllers import listwatch
-from workflows.definitions import addons
+from workflows.definitions import addons, typed
 from workflows.engine import messages
 from workflows.hookpath import runs as hook_runs
 from workflows.hookpath import selection
@@ -66,7 +66,7 @@ def _templates(hook: catalog.Hook, call: wire.HookCall, **filters: Any) -> list[
     templates = [
         t
         for t in WorkflowTemplate.objects.filter(hook=hook.name, **filters)
-        if selection.matches(t.spec, call)
+        if selection.matches(typed.of(t.spec), call)
     ]
     cycle = hook_runs.wait_cycle(templates)
     if cycle:

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from hooksvc.contract import catalog
-from workflows.definitions import fields
+from workflows.definitions import fields, typed
 from workflows.steps import registry
 
 API_VERSION = "hooksvc/v1alpha1"
@@ -33,14 +33,14 @@ PLURALS = {"WorkflowTemplate": "workflowtemplates", "AddonProfile": "addonprofil
 #: StepRun.retries is a small integer; more retries than this are a typo, not a plan.
 MAX_RETRIES = 100
 MAX_STEPS = 200
-DEFAULT_RETRIES = 3
-DEFAULT_RETRY_AFTER_SECONDS = 10
+#: The defaults live with the typed template (workflows.definitions.typed).
+DEFAULT_RETRIES = typed.DEFAULT_RETRIES
+DEFAULT_RETRY_AFTER_SECONDS = typed.DEFAULT_RETRY_AFTER_SECONDS
 #: The hooks a template may name, and hooksvc's own moment after a Cluster is gone.
 TEMPLATE_HOOKS: tuple[str, ...] = tuple(catalog.MOMENTS)
-CLUSTER_DELETED = catalog.CLUSTER_DELETED.name
-#: The choices of the template's policies; the first is the default.
-ON_FAILURE = ("Block", "Fail")
-ON_DEADLINE = ("Block", "Proceed", "Fail")
+CLUSTER_DELETED = typed.CLUSTER_DELETED
+ON_FAILURE = typed.ON_FAILURE
+ON_DEADLINE = typed.ON_DEADLINE
 
 
 def resource_name(kind: str, name: str) -> str:
@@ -83,30 +83,36 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def _selector(value: Any) -> dict[str, Any]:
+def _selector(value: Any) -> typed.Selector:
     where = "spec.clusterSelector"
     if value is None:
-        return {}
+        return typed.Selector()
     raw = fields.mapping(value, where, ("namespaces", "matchLabels", "clusterClass"))
-    selector: dict[str, Any] = {}
     # Only the given parts: an empty list or string would read as "match anything".
+    namespaces = None
     if "namespaces" in raw:
-        selector["namespaces"] = fields.names(
-            raw["namespaces"], f"{where}.namespaces", fields.string
-        )
-        if not selector["namespaces"]:
+        namespaces = tuple(fields.names(raw["namespaces"], f"{where}.namespaces", fields.string))
+        if not namespaces:
             raise fields.FieldError(f"{where}.namespaces", "must list at least one namespace")
-    if "matchLabels" in raw:
-        selector["matchLabels"] = fields.string_map(raw["matchLabels"], f"{where}.matchLabels")
-    if "clusterClass" in raw:
-        selector["clusterClass"] = fields.string(raw["clusterClass"], f"{where}.clusterClass")
-    return selector
+    return typed.Selector(
+        namespaces=namespaces,
+        match_labels=(
+            fields.string_map(raw["matchLabels"], f"{where}.matchLabels")
+            if "matchLabels" in raw
+            else None
+        ),
+        cluster_class=(
+            fields.string(raw["clusterClass"], f"{where}.clusterClass")
+            if "clusterClass" in raw
+            else None
+        ),
+    )
 
 
 STEP_FIELDS = ("name", "type", "with", "timeoutSeconds", "retries", "dependsOn")
 
 
-def _step(value: Any, where: str, hook: str) -> dict[str, Any]:
+def _step(value: Any, where: str, hook: str) -> typed.Step:
     raw = fields.mapping(value, where, STEP_FIELDS, required=("name", "type"))
     name = fields.name(raw["name"], f"{where}.name")
     step_type = fields.string(raw["type"], f"{where}.type")
@@ -120,44 +126,38 @@ def _step(value: Any, where: str, hook: str) -> dict[str, Any]:
         message = text[len(prefix) :] if exc.field and text.startswith(prefix) else text
         field = f"{where}.type" if exc.field == "type" else fields.join(f"{where}.with", exc.field)
         raise fields.FieldError(field, message) from None
-    return {
-        "name": name,
-        "type": step_type,
-        "with": params,
-        "timeoutSeconds": fields.integer(
+    retries = fields.integer(raw.get("retries"), f"{where}.retries", minimum=0, maximum=MAX_RETRIES)
+    return typed.Step(
+        name=name,
+        type=step_type,
+        params=params,
+        timeout_seconds=fields.integer(
             raw.get("timeoutSeconds"), f"{where}.timeoutSeconds", minimum=1
         ),
-        "retries": fields.integer(
-            raw.get("retries"),
-            f"{where}.retries",
-            minimum=0,
-            maximum=MAX_RETRIES,
-            default=DEFAULT_RETRIES,
-        ),
-        "dependsOn": fields.names(raw.get("dependsOn"), f"{where}.dependsOn"),
-    }
+        # Unset fields take the typed template's defaults.
+        **({} if retries is None else {"retries": retries}),
+        depends_on=tuple(fields.names(raw.get("dependsOn"), f"{where}.dependsOn")),
+    )
 
 
-def _steps(value: Any, hook: str) -> list[dict[str, Any]]:
+def _steps(value: Any, hook: str) -> tuple[typed.Step, ...]:
     if not isinstance(value, list) or not value or len(value) > MAX_STEPS:
         raise fields.FieldError("spec.steps", f"must be a list of 1 to {MAX_STEPS} steps")
-    steps: list[dict[str, Any]] = []
+    steps: list[typed.Step] = []
     for i, item in enumerate(value):
         step = _step(item, f"spec.steps[{i}]", hook)
-        if any(s["name"] == step["name"] for s in steps):
-            raise fields.FieldError(
-                f"spec.steps[{i}].name", f"duplicate step name {step['name']!r}"
-            )
+        if any(s.name == step.name for s in steps):
+            raise fields.FieldError(f"spec.steps[{i}].name", f"duplicate step name {step.name!r}")
         steps.append(step)
-    graph = {s["name"]: s["dependsOn"] for s in steps}
+    graph = {s.name: list(s.depends_on) for s in steps}
     for i, step in enumerate(steps):
-        for dep in step["dependsOn"]:
+        for dep in step.depends_on:
             if dep not in graph:
                 raise fields.FieldError(f"spec.steps[{i}].dependsOn", f"unknown step {dep!r}")
     cycle = _cycle(graph)
     if cycle:
         raise fields.FieldError("spec.steps", f"dependsOn cycle {' -> '.join(cycle)}")
-    return steps
+    return tuple(steps)
 
 
 def cycle(graph: dict[str, list[str]]) -> list[str]:
@@ -210,6 +210,11 @@ TEMPLATE_FIELDS = (
 
 def workflow_template(value: Any, name: str) -> dict[str, Any]:
     """Validate a WorkflowTemplate's `spec` into the shape the engine reads."""
+    return typed_template(value, name).as_spec()
+
+
+def typed_template(value: Any, name: str) -> typed.Template:
+    """Validate a WorkflowTemplate's `spec` into its typed form; unset fields take its defaults."""
     raw = fields.mapping(value, "spec", TEMPLATE_FIELDS, required=("hook", "steps"))
     hook = raw["hook"]
     if hook not in TEMPLATE_HOOKS:
@@ -219,7 +224,7 @@ def workflow_template(value: Any, name: str) -> dict[str, Any]:
     wait_for = fields.names(raw.get("waitFor"), "spec.waitFor")
     if name in wait_for:
         raise fields.FieldError("spec.waitFor", f"a template cannot wait for itself ({name!r})")
-    holds = _boolean(raw.get("holdsLifecycle"), "spec.holdsLifecycle", hook != CLUSTER_DELETED)
+    holds = _boolean(raw.get("holdsLifecycle"), "spec.holdsLifecycle", typed.holds_by_default(hook))
     if hook == CLUSTER_DELETED:
         # No CAPI call comes with this moment: nothing to hold, no ExtensionConfig settings.
         if holds:
@@ -232,31 +237,30 @@ def workflow_template(value: Any, name: str) -> dict[str, Any]:
                 "spec.settings",
                 "no ExtensionConfig calls ClusterDeleted, so settings would never match",
             )
-    return {
-        "hook": hook,
-        "clusterSelector": _selector(raw.get("clusterSelector")),
-        "settings": fields.string_map(raw.get("settings"), "spec.settings"),
-        "retryAfterSeconds": fields.integer(
-            raw.get("retryAfterSeconds"),
-            "spec.retryAfterSeconds",
-            minimum=1,
-            default=DEFAULT_RETRY_AFTER_SECONDS,
+    given: dict[str, Any] = {
+        "retry_after_seconds": fields.integer(
+            raw.get("retryAfterSeconds"), "spec.retryAfterSeconds", minimum=1
         ),
-        # While a run waits only for a person (an approval); None: retryAfterSeconds.
-        "approvalRetryAfterSeconds": fields.integer(
+        "approval_retry_after_seconds": fields.integer(
             raw.get("approvalRetryAfterSeconds"), "spec.approvalRetryAfterSeconds", minimum=1
         ),
-        "onFailure": fields.choice(raw.get("onFailure"), "spec.onFailure", ON_FAILURE),
-        "deadlineSeconds": fields.integer(
+        "on_failure": fields.choice(raw.get("onFailure"), "spec.onFailure", ON_FAILURE),
+        "deadline_seconds": fields.integer(
             raw.get("deadlineSeconds"), "spec.deadlineSeconds", minimum=1
         ),
-        "onDeadline": fields.choice(raw.get("onDeadline"), "spec.onDeadline", ON_DEADLINE),
+        "on_deadline": fields.choice(raw.get("onDeadline"), "spec.onDeadline", ON_DEADLINE),
         "concurrency": fields.integer(raw.get("concurrency"), "spec.concurrency", minimum=1),
-        "waitFor": wait_for,
-        # False: the run goes on in the background and the hook never waits for it.
-        "holdsLifecycle": holds,
-        "steps": _steps(raw["steps"], hook),
     }
+    return typed.Template(
+        hook=hook,
+        cluster_selector=_selector(raw.get("clusterSelector")),
+        settings=fields.string_map(raw.get("settings"), "spec.settings"),
+        wait_for=tuple(wait_for),
+        holds=holds,
+        steps=_steps(raw["steps"], hook),
+        # Unset fields take the typed template's defaults.
+        **{k: v for k, v in given.items() if v is not None},
+    )
 
 
 def _boolean(value: Any, where: str, default: bool) -> bool:
@@ -300,7 +304,7 @@ def addon_profile(value: Any, name: str) -> dict[str, Any]:
         message = text[len(prefix) :] if exc.field and text.startswith(prefix) else text
         raise fields.FieldError(fields.join("spec.addons", exc.field), message) from None
     return {
-        "clusterSelector": _selector(raw.get("clusterSelector")),
+        "clusterSelector": _selector(raw.get("clusterSelector")).as_spec(),
         "dependsOn": depends_on,
         "clusterDeletionBehavior": fields.choice(
             raw.get("clusterDeletionBehavior"), "spec.clusterDeletionBehavior", DELETION_BEHAVIOURS

@@ -86,11 +86,16 @@ def step_cleanups(step_ids: Iterable[int]) -> None:
     )
 
 
-def cluster_event(run_id: int, outcome: str) -> None:
-    """Record the run's outcome as an Event on its Cluster; best effort."""
+#: What `cluster_event` announces besides a run's start and end (workflows.kube.events).
+AWAITING_APPROVAL = "awaiting_approval"
+
+
+def cluster_event(run_id: int, outcome: str, text: str = "") -> None:
+    """Record the run's outcome as an Event on its Cluster (`text`: its message, when the
+    engine writes it); best effort."""
     _after_commit(
         CLUSTER_EVENT,
-        [(run_id, outcome)],
+        [(run_id, outcome, text) if text else (run_id, outcome)],
         action="event_enqueue_failed",
         then="cluster event not sent",
     )

@@ -2,6 +2,7 @@
 
 CAPI copies a hook's message into the Cluster's conditions, so these hold no timestamps,
 durations, counters or raw errors, and no secrets: only names, states and fixed words.
+A run's history (RunEvent.message, last section) is never an answer: it may name a time.
 Hints name the operator's command that moves a run on, and run exactly as printed where
 hooksvc runs (`settings.MANAGE_PY`), once each `<placeholder>` is replaced (`REASON`).
 Step types write their own progress and error messages (workflows/steps/).
@@ -9,6 +10,7 @@ Step types write their own progress and error messages (workflows/steps/).
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 
 from django.conf import settings
@@ -63,6 +65,25 @@ def run_running_step(name: str, step: str) -> str:
 def run_waiting_at_step(name: str, waiting: str, step: str) -> str:
     """A step of a type that declares how it waits (`waiting for approval`)."""
     return f"workflow {name} is {waiting} at step {step}"
+
+
+#: An approval's own text in an Event is cut to this: Kubernetes caps an events.k8s.io
+#: note at 1024 bytes (pkg/apis/core/validation/events.go NoteLengthLimit).
+MAX_ASKS = 400
+
+
+def run_awaiting_person(
+    run_id: int, name: str, waiting: str, step: str, *, moment: str, asks: str
+) -> str:
+    """The Event on the Cluster when a run starts waiting for a person (workflows.kube.events):
+    what the step asks (its `with.message`) and the command that approves it."""
+    if len(asks) > MAX_ASKS:
+        asks = asks[: MAX_ASKS - 3] + "..."
+    asked = f': "{asks}"' if asks else ""
+    return (
+        f"workflow {name} is {waiting or 'waiting for approval'} at step {step} for {moment}"
+        f"{asked}; approve it with `{approve_command(run_id, step)}`"
+    )
 
 
 def run_failed_at_step(run_id: int, name: str, step: str, reason: str) -> str:
@@ -135,3 +156,9 @@ def cleanup_ran(state: str, step: str) -> str:
 
 def cleanup_failed(state: str, step: str) -> str:
     return f"cleanup of {state} step {step} failed; see hooksvc logs"
+
+
+def step_retrying(attempt: int, attempts: int, error: str, at: datetime.datetime) -> str:
+    """A RunEvent (history only, never a hook's answer: it names a time)."""
+    when = at.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return fit(f"attempt {attempt} of {attempts} failed: {error}; next attempt at {when}")

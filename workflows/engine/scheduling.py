@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from django.db import connection, models, transaction
 
+from workflows.definitions import typed
 from workflows.engine import (
     attempts,
     cleanups,
@@ -96,7 +97,7 @@ def _schedule(run_id: int, results: Sequence[attempts.Result]) -> list[attempts.
         if run is None:
             return []
         if results:
-            _record(results, steps)
+            _record(run, results, steps)
         if run.is_finished:
             return []
         now = clock.now()
@@ -161,11 +162,30 @@ _JSON_COLUMNS = frozenset(
 )
 
 
-def _record(results: Sequence[attempts.Result], steps: list[StepRun]) -> None:
+def _record(run: Run, results: Sequence[attempts.Result], steps: list[StepRun]) -> None:
     """Record the attempts' outcomes (by lease) and carry what was written into `steps`."""
     for result, decision in zip(results, attempts.record(results).decisions, strict=True):
-        if decision is not None:
-            _apply(steps, result.attempt.step)
+        if decision is None:
+            continue
+        step = result.attempt.step
+        _apply(steps, step)
+        # Only a first poll comes here (a repeated one is recorded alone): it starts waiting.
+        if decision.state == StepRun.State.WAITING and registry.waits_for_person(step.type):
+            _announce_person(run, step)
+
+
+def _announce_person(run: Run, step: StepRun) -> None:
+    """An Event on the Cluster: the run waits for a person, what for, and how to approve."""
+    moment = f"{run.hook} {run.moment}" if run.moment else run.hook
+    text = messages.run_awaiting_person(
+        run.pk,
+        run.template_name,
+        registry.waiting_message(step.type),
+        step.name,
+        moment=moment,
+        asks=registry.asks(step.type, step.params),
+    )
+    dispatch.cluster_event(run.pk, dispatch.AWAITING_APPROVAL, text)
 
 
 #: The columns an attempt's claim or record changes, copied onto the scheduler's rows.
@@ -226,9 +246,9 @@ def _inline(type_name: str) -> bool:
 
 def _start_blocker(run: Run) -> str:
     """Why `run` cannot start yet ("" if it can): another workflow, or the concurrency budget."""
-    spec = run.spec
+    spec = typed.of(run.spec)
     name = run.template_name
-    for other in spec.get("waitFor") or []:
+    for other in spec.wait_for:
         runs = Run.objects.filter(cluster_key=run.cluster_key, template_name=other)
         if runs.filter(state__in=Run.ACTIVE).exists():
             return messages.waiting_for_workflow(name, other)
@@ -238,13 +258,13 @@ def _start_blocker(run: Run) -> str:
         # failure that a later run made good does not block.
         latest = runs.order_by("-pk").values_list("pk", "state", "released").first()
         if (
-            spec.get("holdsLifecycle", True)
+            spec.holds_lifecycle
             and latest is not None
             and latest[1] in (Run.State.FAILED, Run.State.CANCELLED)
             and not latest[2]
         ):
             return messages.waiting_for_failed_workflow(name, other, latest[0], latest[1])
-    limit = spec.get("concurrency")
+    limit = spec.concurrency
     if limit:
         _lock_budget(name)
         running = Run.objects.filter(template_name=name, state=Run.State.RUNNING).count()
@@ -260,20 +280,19 @@ def _lock_budget(template_name: str) -> None:
 
 def _run_start(run: Run, now: datetime.datetime) -> list[StepRun]:
     """Create the run's steps from its spec and move it to RUNNING; its steps, in order."""
-    steps = run.spec.get("steps") or []
     StepRun.objects.bulk_create(
         [
             StepRun(
                 run=run,
-                name=s["name"],
+                name=s.name,
                 position=i,
-                type=s["type"],
-                params=s.get("with") or {},
-                depends_on=s.get("dependsOn") or [],
-                timeout_seconds=s.get("timeoutSeconds") or _default_timeout(s["type"]),
-                retries=s.get("retries", 0),
+                type=s.type,
+                params=dict(s.params),
+                depends_on=list(s.depends_on),
+                timeout_seconds=s.timeout_seconds or _default_timeout(s.type),
+                retries=s.retries,
             )
-            for i, s in enumerate(steps)
+            for i, s in enumerate(typed.of(run.spec).steps)
         ],
         ignore_conflicts=True,
     )
@@ -325,10 +344,11 @@ def _settle(run: Run, steps: list[StepRun], now: datetime.datetime, *, message: 
     if not message:
         return
     current = next((s for s in steps if s.state in StepRun.DUE), None)
+    waiting = registry.waiting_message(current.type) if current is not None else ""
     if current is None:
         text = messages.run_running(name)
-    elif current.type == "approval" and current.state == StepRun.State.WAITING:
-        text = messages.run_waiting_at_step(name, "waiting for approval", current.name)
+    elif waiting and current.state == StepRun.State.WAITING:
+        text = messages.run_waiting_at_step(name, waiting, current.name)
     else:
         text = messages.run_running_step(name, current.name)
     # Due steps are the reconciler's to find by their own due_at (a lost countdown), so
@@ -346,7 +366,7 @@ def _deadline_act(run: Run, steps: list[StepRun]) -> None:
     Fail cancels the unfinished steps at once, also one an attempt is running: that
     attempt's lease ends with the move, so its outcome is dropped when it comes.
     """
-    action = run.spec.get("onDeadline", "Block")
+    action = typed.of(run.spec).on_deadline
     Run.objects.filter(pk=run.pk).update(deadline_exceeded=True)
     run.deadline_exceeded = True
     transitions.action_record(
@@ -360,7 +380,7 @@ def _deadline_act(run: Run, steps: list[StepRun]) -> None:
         "run passed its deadline",
         extra={"action": "run_deadline", "on_deadline": action, **observe.log_fields(run)},
     )
-    if action == "Fail":
+    if action == typed.FAIL:
         for step in steps:
             if step.state not in StepRun.FINISHED:
                 transitions.step_move(
@@ -384,7 +404,7 @@ def _wake_waiters(run: Run) -> None:
     its pending runs are not waiting for this run and already have their own wake-up.
     """
     waiting: list[int] = []
-    if run.spec.get("concurrency"):
+    if typed.of(run.spec).concurrency:
         waiting += Run.objects.filter(
             state=Run.State.PENDING, template_name=run.template_name
         ).values_list("pk", flat=True)[:10]

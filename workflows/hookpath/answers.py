@@ -15,6 +15,7 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from hooksvc.contract import catalog, wire
+from workflows.definitions import typed
 from workflows.engine import clock, messages
 from workflows.hookpath import bypass, retry
 from workflows.hookpath import runs as hook_runs
@@ -67,26 +68,25 @@ def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
 def render(run: Run, now: datetime.datetime, steps: Sequence[retry.StepTimes] = ()) -> Answer:
     """The answer one run gives: a pure function of its recorded state, its due `steps` and
     the clock. Only the number moves with the steps (workflows.hookpath.retry)."""
-    spec = run.spec
+    spec = typed.of(run.spec)
     name = run.template_name
     if run.released or run.state == Run.State.SUCCEEDED:
         return PROCEED
-    if spec.get("holdsLifecycle", True) is False:
+    if not spec.holds_lifecycle:
         # A background run (add-on removal under RemovePolicies): it never holds CAPI.
         return PROCEED
     past_deadline = run.deadline_exceeded or (
         run.deadline_at is not None and now >= run.deadline_at
     )
-    on_deadline = spec.get("onDeadline", "Block")
-    if past_deadline and on_deadline == "Proceed":
+    if past_deadline and spec.on_deadline == typed.PROCEED:
         return PROCEED
-    if past_deadline and on_deadline == "Fail":
+    if past_deadline and spec.on_deadline == typed.FAIL:
         return Answer(catalog.Status.FAILURE, messages.run_missed_deadline(name))
     if run.state in (Run.State.FAILED, Run.State.CANCELLED):
-        if spec.get("onFailure", "Block") == "Fail":
+        if spec.on_failure == typed.FAIL:
             return Answer(catalog.Status.FAILURE, run.message)
         # Only a person changes it now (retry, release): the template's value.
-        return Answer(catalog.Status.SUCCESS, run.message, retry.template_seconds(spec))
+        return Answer(catalog.Status.SUCCESS, run.message, spec.retry_after_seconds)
     wait = retry.run_seconds(run, steps, now)
     if past_deadline:
         return Answer(

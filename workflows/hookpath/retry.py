@@ -26,20 +26,18 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.conf import settings
 
+from workflows.definitions import typed
 from workflows.models import Run, StepRun
+from workflows.steps import registry
 
 #: How long after a step comes due the engine has recorded its outcome and settled the run,
 #: when a countdown message polls it (the worker runs it at its ETA).
 ENGINE_MARGIN_SECONDS = 0.25
-#: A template's retryAfterSeconds when it names none (workflows.definitions.spec's default).
-DEFAULT_RETRY_AFTER_SECONDS = 10
-#: The step type whose waiting only a person ends (workflows.steps.approval).
-APPROVAL = "approval"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +107,7 @@ def next_change(
 def _step_changes(step: StepTimes, now: datetime.datetime) -> list[Change]:
     out = []
     if step.state in StepRun.DUE and step.due_at is not None:
-        if step.state == StepRun.State.WAITING and step.type == APPROVAL:
+        if step.state == StepRun.State.WAITING and step.type in registry.person_types():
             # Approving wakes the step at once; its slow poll only guards a lost wake-up.
             pass
         else:
@@ -131,19 +129,16 @@ def _margin(state: str, due_at: datetime.datetime, now: datetime.datetime) -> fl
 
 
 def awaiting_person(steps: Iterable[StepTimes]) -> bool:
-    """An approval step is waiting: a person may end it at any moment."""
-    return any(s.state == StepRun.State.WAITING and s.type == APPROVAL for s in steps)
-
-
-def template_seconds(spec: Mapping[str, Any]) -> int:
-    """The template's retryAfterSeconds: the fixed answer, and the cap of a computed one."""
-    return int(spec.get("retryAfterSeconds", DEFAULT_RETRY_AFTER_SECONDS))
+    """A step that waits for a person (an approval) is waiting: one may end it at any moment."""
+    person = registry.person_types()
+    return any(s.state == StepRun.State.WAITING and s.type in person for s in steps)
 
 
 def run_seconds(run: Run, steps: Sequence[StepTimes], now: datetime.datetime) -> int:
     """What an unfinished run that holds the hook answers, as HOOKSVC_RETRY_AFTER says."""
+    spec = typed.of(run.spec)
     if settings.RETRY_AFTER == "fixed":
-        return template_seconds(run.spec)
+        return spec.retry_after_seconds
     change = next_change(
         state=run.state,
         wake_at=run.wake_at,
@@ -152,14 +147,14 @@ def run_seconds(run: Run, steps: Sequence[StepTimes], now: datetime.datetime) ->
         steps=steps,
         now=now,
     )
-    return seconds(change, person=awaiting_person(steps), spec=run.spec, now=now)
+    return seconds(change, person=awaiting_person(steps), spec=spec, now=now)
 
 
 def seconds(
     change: Change | None,
     *,
     person: bool,
-    spec: Mapping[str, Any],
+    spec: typed.Template,
     now: datetime.datetime,
 ) -> int:
     """The retryAfterSeconds for one run: the next change plus its margin, in [1, cap].
@@ -169,9 +164,9 @@ def seconds(
     it (shorter: an approval is seen sooner, for more calls), else the cap; when nothing is
     known, the cap.
     """
-    cap = template_seconds(spec)
+    cap = spec.retry_after_seconds
     if change is None:
-        return int(spec.get("approvalRetryAfterSeconds") or cap) if person else cap
+        return spec.person_retry_after_seconds if person else cap
     remaining = (change.at - now).total_seconds()
     if remaining < 0:
         # Overdue: the engine is late (a backlog, the broker down). Come back about as late

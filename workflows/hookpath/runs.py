@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from django.db import IntegrityError, connection, transaction
 
 from hooksvc.contract import wire
-from workflows.definitions import spec
+from workflows.definitions import spec, typed
 from workflows.engine import clock, dispatch, messages, sql
 from workflows.hookpath import bypass, retry, selection
 from workflows.models import Run, WorkflowTemplate
@@ -32,7 +32,7 @@ def wait_cycle(templates: Sequence[WorkflowTemplate]) -> list[str]:
     apply_workflows refuses dependsOn cycles of add-on profiles, but rows edited by hand
     (or applied one at a time) can still wait for each other.
     """
-    graph = {t.name: list(t.spec.get("waitFor") or []) for t in sorted(templates, key=_name)}
+    graph = {t.name: list(typed.of(t.spec).wait_for) for t in sorted(templates, key=_name)}
     return spec.cycle(graph)
 
 
@@ -71,13 +71,15 @@ def templates_and_runs(call: wire.HookCall) -> Found:
     run_end = width + len(sql.RUN_ANSWER_COLUMNS)
     for row in rows:
         template = dict(zip(sql.TEMPLATE_COLUMNS, row[:width], strict=True))
-        template["spec"] = _decode_json(template["spec"])
-        if not selection.matches(template["spec"], call):
+        # jsonb comes as text through a raw cursor: each distinct spec is parsed once, and
+        # its typed form with it (workflows.definitions.typed).
+        template["spec"] = typed.decode(template["spec"])
+        if not selection.matches(typed.of(template["spec"]), call):
             continue
         found.templates.append(WorkflowTemplate(hook=hook, **template))
         run = dict(zip(sql.RUN_ANSWER_COLUMNS, row[width:run_end], strict=True))
         if run["id"] is not None:
-            run["spec"] = _decode_json(run["spec"])
+            run["spec"] = typed.decode(run["spec"])
             found.runs[template["name"]] = Run(**run)
             found.steps[template["name"]] = retry.step_times(_decode_json(row[run_end]))
     return found
@@ -127,7 +129,7 @@ def runs_ensure(
 
 def _run_insert(template: WorkflowTemplate, call: wire.HookCall, moment: str) -> Run | None:
     now = clock.now()
-    deadline = template.spec.get("deadlineSeconds")
+    deadline = typed.of(template.spec).deadline_seconds
     try:
         with transaction.atomic():
             return Run.objects.create(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from hooksvc.contract import catalog, wire
+from workflows.definitions import typed
 
 
 def moment_key(call: wire.HookCall) -> str:
@@ -20,20 +20,18 @@ def moment_key(call: wire.HookCall) -> str:
     return ""
 
 
-def matches(spec: Mapping[str, Any], call: wire.HookCall) -> bool:
+def matches(spec: typed.Template, call: wire.HookCall) -> bool:
     """True if a template's clusterSelector and settings both match the call."""
-    selector: Mapping[str, Any] = spec.get("clusterSelector") or {}
+    selector = spec.cluster_selector
     cluster = call.cluster
-    namespaces = selector.get("namespaces")
-    if namespaces and cluster.namespace not in namespaces:
+    if selector.namespaces and cluster.namespace not in selector.namespaces:
         return False
-    for key, value in (selector.get("matchLabels") or {}).items():
+    for key, value in (selector.match_labels or {}).items():
         if cluster.labels.get(key) != value:
             return False
-    cluster_class = selector.get("clusterClass")
-    if cluster_class and cluster.class_name != cluster_class:
+    if selector.cluster_class and cluster.class_name != selector.cluster_class:
         return False
-    return all(call.settings.get(k) == v for k, v in (spec.get("settings") or {}).items())
+    return all(call.settings.get(k) == v for k, v in spec.settings.items())
 
 
 def run_context(call: wire.HookCall) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Kubernetes Events on the CAPI Cluster for each run's start, success and failure.
+"""Kubernetes Events on the CAPI Cluster for each run's start, success and failure, and for
+a run that starts waiting for a person (what it asks, and the command that approves it).
 
 `kubectl describe cluster` then tells the story next to CAPI's own events. The worker emits
 them (never the hook path): the engine enqueues the `workflows.cluster_event` task after the
@@ -18,10 +19,13 @@ from workflows.models import Run
 logger = logging.getLogger(__name__)
 
 STARTED, SUCCEEDED, FAILED = "started", "succeeded", "failed"
+#: Its message comes with the task (the engine writes it: workflows.engine.messages).
+AWAITING_APPROVAL = "awaiting_approval"
 REASONS = {
     STARTED: "HooksvcWorkflowStarted",
     SUCCEEDED: "HooksvcWorkflowSucceeded",
     FAILED: "HooksvcWorkflowFailed",
+    AWAITING_APPROVAL: "HooksvcAwaitingApproval",
 }
 
 _skipped_logged = False
@@ -37,8 +41,9 @@ def message(run: Run, outcome: str) -> str:
     return text
 
 
-def emit(run_id: int, outcome: str) -> None:
-    """Record the run's `outcome` as an Event on its Cluster; K8sErrors propagate."""
+def emit(run_id: int, outcome: str, text: str = "") -> None:
+    """Record the run's `outcome` as an Event on its Cluster (`text`, or the outcome's own
+    message); K8sErrors propagate."""
     global _skipped_logged
     if not k8s.management_configured():
         if not _skipped_logged:
@@ -56,6 +61,6 @@ def emit(run_id: int, outcome: str) -> None:
         cluster_name=run.cluster_name,
         cluster_uid=str((run.context.get("cluster") or {}).get("uid") or ""),
         reason=REASONS[outcome],
-        message=message(run, outcome),
+        message=text or message(run, outcome),
         type="Warning" if outcome == FAILED else "Normal",
     )

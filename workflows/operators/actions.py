@@ -14,8 +14,11 @@ import logging
 from django.db import transaction
 from django.db.models import QuerySet
 
+from workflows.definitions import typed
 from workflows.engine import cleanups, clock, dispatch, messages, observe, transitions
 from workflows.models import Run, StepRun
+from workflows.steps import memo as memo_keys
+from workflows.steps import registry
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ def _resume(run: Run, *, actor: str, reason: str) -> None:
     A deadline restarts from the resumption: the operator gives the run its full time
     again (an old, passed deadline would fail or hold it at once).
     """
-    seconds = run.spec.get("deadlineSeconds")
+    seconds = typed.of(run.spec).deadline_seconds
     transitions.run_move(
         run,
         Run.State.RUNNING,
@@ -114,7 +117,8 @@ def run_retry(*, run_id: int, actor: str, reason: str, step_name: str = "") -> R
         for step in steps:
             # A new generation: what the step creates gets new names, so the failed
             # attempt's objects are not mistaken for the retry's.
-            memo = {"generation": int(step.memo.get("generation", 0)) + 1}
+            generation = int(step.memo.get(memo_keys.GENERATION, 0)) + 1
+            memo = {memo_keys.GENERATION: generation}
             transitions.step_move(
                 step,
                 StepRun.State.PENDING,
@@ -168,16 +172,16 @@ def run_cancel(*, run_id: int, actor: str, reason: str) -> Run:
 
 
 def step_approve(*, run_id: int, step_name: str, actor: str, reason: str) -> Run:
-    """Approve an approval step: it succeeds the next time it runs, which is now."""
+    """Approve a step that waits for a person: it succeeds the next time it runs, which is now."""
     _require_actor(actor, reason)
     with transaction.atomic():
         run = _lock_run(run_id)
         step = _step(run, step_name)
-        if step.type != "approval":
+        if not registry.waits_for_person(step.type):
             raise ActionError(f"step {step_name!r} is a {step.type} step, not an approval")
         if step.state in StepRun.FINISHED:
             raise ActionError(f"step {step_name!r} is already {step.state}")
-        memo = {**step.memo, "approved_by": actor, "reason": reason}
+        memo = {**step.memo, memo_keys.APPROVED_BY: actor, memo_keys.APPROVAL_REASON: reason}
         due = step.due_at if step.state == StepRun.State.PENDING else clock.now()
         # Ends the lease of an attempt polling it now, whose outcome ("no approval yet")
         # is then dropped rather than written over the approval.

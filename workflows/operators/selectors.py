@@ -29,6 +29,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import RowNumber
 
 from hooksvc.contract import wire
+from workflows.definitions import typed
 from workflows.hookpath import selection
 from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
 from workflows.operators import states
@@ -164,7 +165,8 @@ def call_preview(call: wire.HookCall) -> dict[str, Any]:
     moment = selection.moment_key(call)
     templates = []
     for template in WorkflowTemplate.objects.filter(hook=call.hook.name).order_by("name"):
-        matches = selection.matches(template.spec, call)
+        definition = typed.of(template.spec)
+        matches = selection.matches(definition, call)
         existing = Run.objects.filter(
             template_name=template.name,
             hook=call.hook.name,
@@ -180,8 +182,8 @@ def call_preview(call: wire.HookCall) -> dict[str, Any]:
                 if matches and existing
                 else None,
                 "steps": [
-                    {"name": s["name"], "type": s["type"], "dependsOn": s.get("dependsOn") or []}
-                    for s in template.spec.get("steps") or []
+                    {"name": s.name, "type": s.type, "dependsOn": list(s.depends_on)}
+                    for s in definition.steps
                 ],
             }
         )

@@ -15,6 +15,7 @@ from django.db import models
 from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, Value, When
 
 from workflows.models import Run, StepRun
+from workflows.steps import registry
 
 #: The annotation `annotate` adds to a queryset of runs.
 FIELD = "display_state"
@@ -37,12 +38,9 @@ HOLDING = (State.AWAITING_APPROVAL, State.RUNNING, State.PENDING, State.FAILED, 
 
 
 def person_step_types() -> tuple[str, ...]:
-    """Step types whose WAITING state means waiting for a person.
-
-    The one place that names them: the step registry will say it per type (a StepType
-    flag); until then it is the `approval` type.
-    """
-    return ("approval",)
+    """Step types whose WAITING state means waiting for a person: each type says so itself
+    (StepType.waits_for_person), custom types too."""
+    return tuple(sorted(registry.person_types()))
 
 
 def step_waits_for_person(step: StepRun) -> bool:

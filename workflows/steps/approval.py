@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from workflows.steps import registry
+from workflows.steps import memo, registry
 
 #: Approving wakes the step at once; this slow poll only guards against a lost wake-up.
 POLL_SECONDS = 300.0
+WAITING = "waiting for approval"
 
 
-@registry.step_type("approval", params={"message": registry.Param(str)}, inline=True)
+@registry.step_type(
+    "approval",
+    params={"message": registry.Param(str)},
+    inline=True,
+    waiting_message=WAITING,
+    waits_for_person=True,
+)
 def approval(ctx: registry.StepContext) -> registry.Outcome:
     """Waits until an operator approves the step."""
-    approved_by = ctx.memo.get("approved_by")
+    approved_by = ctx.memo.get(memo.APPROVED_BY)
     if approved_by:
-        return registry.Done({"approvedBy": approved_by, "reason": ctx.memo.get("reason", "")})
-    return registry.Poll(after=POLL_SECONDS, message="waiting for approval")
+        return registry.Done(
+            {"approvedBy": approved_by, "reason": ctx.memo.get(memo.APPROVAL_REASON, "")}
+        )
+    return registry.Poll(after=POLL_SECONDS, message=WAITING)

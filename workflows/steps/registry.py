@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from workflows import errors
+from workflows.steps import memo
 
 if TYPE_CHECKING:
     from workflows.models import Run, StepRun
@@ -87,7 +88,7 @@ class StepContext:
     def object_name(self, suffix: str = "", max_length: int = 63) -> str:
         """A DNS-1123 name unique to this run and step: what the step creates is found again."""
         # An operator's retry starts a new generation, so its objects get new names.
-        generation = int(self.memo.get("generation", 0))
+        generation = int(self.memo.get(memo.GENERATION, 0))
         parts = [f"hooksvc-{self.run_id}-{self.step_name}"]
         parts += [f"r{generation}"] if generation else []
         parts += [suffix] if suffix else []
@@ -237,9 +238,23 @@ class StepType:
     #: its context and memo): the engine may run it under the run's row lock, in the
     #: transaction that schedules it, chained with the next (running it twice is harmless).
     inline: bool = False
+    #: What its run's message says while a step of this type waits ("waiting for approval":
+    #: "workflow W is waiting for approval at step S"); "": "is running step S".
+    waiting_message: str = ""
+    #: Only a person ends its waiting (`manage.py workflows approve`, the admin): the run
+    #: shows as waiting for approval, the hook answers approvalRetryAfterSeconds, an Event
+    #: on the Cluster says how to approve, and the step's `with.message` is what the person
+    #: is asked. Its function finds the approval in its memo (workflows.steps.memo).
+    waits_for_person: bool = False
+
+    def asks(self, params: Mapping[str, Any]) -> str:
+        """What a step of this type asks a person (its `with.message`); "" if it asks nothing."""
+        return str(params.get("message") or "") if self.waits_for_person else ""
 
 
 _REGISTRY: dict[str, StepType] = {}
+#: person_types(), kept until the next registration.
+_person_types: frozenset[str] | None = None
 
 
 def step_type(
@@ -250,12 +265,16 @@ def step_type(
     cleanup: Callable[[StepContext], None] | None = None,
     default_timeout_seconds: int | None = None,
     inline: bool = False,
+    waiting_message: str = "",
+    waits_for_person: bool = False,
 ) -> Callable[[StepFunction], StepFunction]:
     """Register a step type under `name`; registering a name twice is an error."""
 
     def register(func: StepFunction) -> StepFunction:
+        global _person_types
         if name in _REGISTRY and _REGISTRY[name].run is not func:
             raise ValueError(f"step type {name!r} is already registered")
+        _person_types = None
         _REGISTRY[name] = StepType(
             name=name,
             run=func,
@@ -265,6 +284,8 @@ def step_type(
             cleanup=cleanup,
             default_timeout_seconds=default_timeout_seconds,
             inline=inline,
+            waiting_message=waiting_message,
+            waits_for_person=waits_for_person,
         )
         return func
 
@@ -294,6 +315,32 @@ def inline_names() -> list[str]:
     """The step types that run inline (StepType.inline)."""
     load_builtins()
     return sorted(name for name, step in _REGISTRY.items() if step.inline)
+
+
+def person_types() -> frozenset[str]:
+    """The step types whose waiting only a person ends (StepType.waits_for_person)."""
+    global _person_types
+    load_builtins()
+    if _person_types is None:
+        _person_types = frozenset(n for n, step in _REGISTRY.items() if step.waits_for_person)
+    return _person_types
+
+
+def waits_for_person(name: str) -> bool:
+    """Whether steps of type `name` wait for a person (False for an unknown type)."""
+    return name in person_types()
+
+
+def waiting_message(name: str) -> str:
+    """What a run says while a step of type `name` waits ("" for an unknown type)."""
+    step = find(name)
+    return step.waiting_message if step is not None else ""
+
+
+def asks(name: str, params: Mapping[str, Any]) -> str:
+    """What a step of type `name` with `params` asks a person ("" if nothing)."""
+    step = find(name)
+    return step.asks(params) if step is not None else ""
 
 
 def validate(name: str, given: Mapping[str, Any], *, hook: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from django.utils import timezone
 from workflows.models import HookCall, Run, StepRun
 from workflows.operators import selectors, states
 from workflows.operators.admin import common
+from workflows.steps import registry
 
 #: The newest hook calls read for a run's page; repeats collapse into one line each.
 HOOK_CALLS_READ = 500
@@ -99,7 +100,7 @@ def step_line(
     failing = step.state == StepRun.State.FAILED or (
         step.state == StepRun.State.READY and step.failures > 0
     )
-    asks = step.params.get("message") if step.type in states.person_step_types() else ""
+    asks = registry.asks(step.type, step.params)
     left = width = 0.0
     if step.started_at is not None and end is not None:
         left = 100 * (step.started_at - start).total_seconds() / total
@@ -114,7 +115,7 @@ def step_line(
         error=step.message if failing else "",
         progress="" if failing else step.message,
         next_at=_next(step, now),
-        asks=str(asks or ""),
+        asks=asks,
         files=[
             (
                 artifact.name,

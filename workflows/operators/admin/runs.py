@@ -23,7 +23,7 @@ from workflows.models import Run, StepRun
 from workflows.operators import actions, states
 from workflows.operators.admin import common, runpage
 from workflows.operators.admin.common import ReadOnlyMixin, ReasonForm, badge, json_block, may_act
-from workflows.steps import artifacts
+from workflows.steps import artifacts, registry
 
 #: Actions on a whole run, with their labels (a step's are in runpage.STEP_ACTIONS).
 RUN_ACTIONS = {
@@ -291,7 +291,7 @@ def _what_it_acts_on(run: Run, action: str, step_name: str) -> dict[str, Any]:
     found = list(steps)
     asks = ""
     if action == "approve" and found:
-        asks = str(found[0].params.get("message") or "")
+        asks = registry.asks(found[0].type, found[0].params)
     retried = [(s.name, s.message) for s in found] if action == "retry" else []
     return {"asks": asks, "retried": retried}
 
