@@ -404,17 +404,22 @@ def _record_change(result: Result) -> Decision | None:
     step, run = attempt.step, attempt.run
     decision = decide(result)
     fields = observe.log_fields(run, step)
+    retried = decision.state == StepRun.State.READY
     try:
         transitions.step_move(
             step,
             decision.state,
             allowed_from=StepRun.DUE,
             lease=attempt.lease,
+            # A retry is recorded below, with its attempt and next time.
+            record=False if retried else None,
             **decision.fields,
         )
     except transitions.LeaseLost:
         _dropped(result)
         return None
+    if retried:
+        transitions.retry_record(step, error=step.message, next_at=decision.fields["due_at"])
     if decision.state == StepRun.State.SUCCEEDED:
         logger.info("step succeeded", extra={"action": "step_succeeded", **fields})
         _observe(result, failed=False)

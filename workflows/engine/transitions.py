@@ -15,12 +15,13 @@ operator action.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable
 from typing import Any
 
 from django.utils import timezone
 
-from workflows.engine import leases
+from workflows.engine import leases, messages
 from workflows.models import Run, RunEvent, StepRun
 
 
@@ -128,6 +129,32 @@ def step_move(
             reason=reason,
             message=step.message,
         )
+
+
+#: The RunEvent of a failed attempt that the engine retries (kind transition, no actor).
+RETRY = "retry"
+
+
+def retry_record(step: StepRun, *, error: str, next_at: datetime.datetime) -> RunEvent:
+    """Record that attempt `step.failures` failed with `error` and the next is at `next_at`.
+
+    A retried step often stays `ready` (ready, failed, ready again), a move that writes no
+    transition: this event is what keeps each failed attempt in the run's history.
+    """
+    attempts = step.retries + 1
+    return RunEvent.objects.create(
+        run_id=step.run_id,
+        step_name=step.name,
+        kind=RunEvent.Kind.TRANSITION,
+        name=RETRY,
+        message=messages.step_retrying(step.failures, attempts, error, next_at),
+        details={
+            "attempt": step.failures,
+            "attempts": attempts,
+            "error": error,
+            "nextAt": next_at.isoformat(),
+        },
+    )
 
 
 def action_record(
