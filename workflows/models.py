@@ -171,6 +171,10 @@ class StepRun(models.Model):
     depends_on = models.JSONField(default=list)
     timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
     retries = models.PositiveSmallIntegerField(default=0)
+    #: Only a person ends this step's waiting (its type's StepType.waits_for_person when the
+    #: run started): the hook path and the display states read it in SQL, without loading
+    #: the step types (the web process does not import them).
+    waits_for_person = models.BooleanField(default=False)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     #: Failed attempts so far (the first attempt is not a retry).
     failures = models.PositiveSmallIntegerField(default=0)

@@ -6,6 +6,7 @@ from typing import Any
 
 from workflows.definitions import typed
 from workflows.models import Run, StepRun
+from workflows.steps import registry
 
 #: A stored spec with every default (the typed template's), and no steps.
 SPEC: dict[str, Any] = typed.Template(hook="BeforeClusterUpgrade").as_spec()
@@ -45,6 +46,7 @@ def make_run(
             name=step_name,
             position=position,
             type=step_type,
+            waits_for_person=registry.waits_for_person(step_type),
             depends_on=previous[-1:],
             retries=3,
             state=step_state,

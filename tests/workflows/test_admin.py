@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from tests.support import workflows as wf
 from workflows.models import HookCall, Run, RunEvent, StepRun
+from workflows.steps import registry
 
 pytestmark = pytest.mark.django_db
 
@@ -37,7 +38,12 @@ def make_run(
     )
     for i, (step_name, step_type, step_state) in enumerate(steps):
         StepRun.objects.create(
-            run=run, name=step_name, position=i, type=step_type, state=step_state
+            run=run,
+            name=step_name,
+            position=i,
+            type=step_type,
+            state=step_state,
+            waits_for_person=registry.waits_for_person(step_type),
         )
     return run
 

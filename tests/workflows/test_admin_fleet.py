@@ -148,7 +148,15 @@ def test_a_thousand_clusters_page_by_fifty_in_one_query_for_the_rows(
         for i in range(1000)
     )
     StepRun.objects.bulk_create(
-        StepRun(run=r, name="approve", position=0, type="approval", state="waiting") for r in runs
+        StepRun(
+            run=r,
+            name="approve",
+            position=0,
+            type="approval",
+            state="waiting",
+            waits_for_person=True,
+        )
+        for r in runs
     )
     # created_at is auto_now_add: spread the fleet over the last 1000 minutes.
     for i, run in enumerate(runs):

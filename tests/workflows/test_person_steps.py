@@ -58,7 +58,8 @@ def test_the_registry_says_which_types_wait_for_a_person() -> None:
     assert {"approval", "sign_off"} <= registry.person_types()
     assert not registry.waits_for_person("wait")
     assert registry.waiting_message("sign_off") == "waiting for sign-off"
-    assert registry.asks("noop", {"message": "ignored"}) == "", "only a person is asked"
+    noop = registry.get("noop")
+    assert noop.asks({"message": "ignored"}) == "", "only a person is asked"
 
 
 def test_a_custom_type_that_waits_for_a_person_holds_like_an_approval(

@@ -20,6 +20,7 @@ from workflows.engine import scheduling
 from workflows.hookpath import answers, retry
 from workflows.hookpath.retry import StepTimes
 from workflows.models import Run
+from workflows.steps import registry
 
 NOW = datetime.datetime(2026, 11, 23, 12, 0, 0, tzinfo=datetime.UTC)
 SPEC = typed.Template(hook="BeforeClusterUpgrade", retry_after_seconds=30)
@@ -38,7 +39,7 @@ def step(
 ) -> StepTimes:
     return StepTimes(
         state=state,
-        type=type_,
+        person=registry.waits_for_person(type_),
         due_at=at(due_in) if due_in is not None else None,
         started_at=at(started) if started is not None else None,
         timeout_seconds=timeout,

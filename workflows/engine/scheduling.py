@@ -183,7 +183,7 @@ def _announce_person(run: Run, step: StepRun) -> None:
         registry.waiting_message(step.type),
         step.name,
         moment=moment,
-        asks=registry.asks(step.type, step.params),
+        asks=registry.asks(step.params, waits_for_person=True),
     )
     dispatch.cluster_event(run.pk, dispatch.AWAITING_APPROVAL, text)
 
@@ -291,6 +291,7 @@ def _run_start(run: Run, now: datetime.datetime) -> list[StepRun]:
                 depends_on=list(s.depends_on),
                 timeout_seconds=s.timeout_seconds or _default_timeout(s.type),
                 retries=s.retries,
+                waits_for_person=registry.waits_for_person(s.type),
             )
             for i, s in enumerate(typed.of(run.spec).steps)
         ],

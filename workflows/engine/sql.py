@@ -56,7 +56,7 @@ RUN_ANSWER_COLUMNS = (
 )
 #: What the answer's retryAfterSeconds needs of each of a run's due steps
 #: (hookpath.retry.StepTimes): times as seconds since the epoch.
-STEP_TIMES_COLUMNS = ("state", "type", "due_at", "started_at", "timeout_seconds")
+STEP_TIMES_COLUMNS = ("state", "waits_for_person", "due_at", "started_at", "timeout_seconds")
 
 
 def _json_values(alias: str, names: Sequence[str]) -> str:

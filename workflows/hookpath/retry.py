@@ -33,7 +33,6 @@ from django.conf import settings
 
 from workflows.definitions import typed
 from workflows.models import Run, StepRun
-from workflows.steps import registry
 
 #: How long after a step comes due the engine has recorded its outcome and settled the run,
 #: when a countdown message polls it (the worker runs it at its ETA).
@@ -45,7 +44,8 @@ class StepTimes:
     """What the hook path reads of a run's unfinished step."""
 
     state: str
-    type: str
+    #: Only a person ends its waiting (StepRun.waits_for_person).
+    person: bool
     due_at: datetime.datetime | None
     started_at: datetime.datetime | None
     timeout_seconds: int | None
@@ -53,16 +53,16 @@ class StepTimes:
 
 def step_times(rows: Sequence[Sequence[Any]] | None) -> list[StepTimes]:
     """StepTimes from the hook query's array of a run's due steps (engine.sql.STEP_TIMES_COLUMNS:
-    state, type, due_at and started_at as epoch seconds, timeout_seconds)."""
+    state, waits_for_person, due_at and started_at as epoch seconds, timeout_seconds)."""
     return [
         StepTimes(
             state=state,
-            type=type_,
+            person=bool(person),
             due_at=_moment(due_at),
             started_at=_moment(started_at),
             timeout_seconds=timeout,
         )
-        for state, type_, due_at, started_at, timeout in rows or ()
+        for state, person, due_at, started_at, timeout in rows or ()
     ]
 
 
@@ -107,7 +107,7 @@ def next_change(
 def _step_changes(step: StepTimes, now: datetime.datetime) -> list[Change]:
     out = []
     if step.state in StepRun.DUE and step.due_at is not None:
-        if step.state == StepRun.State.WAITING and step.type in registry.person_types():
+        if step.state == StepRun.State.WAITING and step.person:
             # Approving wakes the step at once; its slow poll only guards a lost wake-up.
             pass
         else:
@@ -130,8 +130,7 @@ def _margin(state: str, due_at: datetime.datetime, now: datetime.datetime) -> fl
 
 def awaiting_person(steps: Iterable[StepTimes]) -> bool:
     """A step that waits for a person (an approval) is waiting: one may end it at any moment."""
-    person = registry.person_types()
-    return any(s.state == StepRun.State.WAITING and s.type in person for s in steps)
+    return any(s.state == StepRun.State.WAITING and s.person for s in steps)
 
 
 def run_seconds(run: Run, steps: Sequence[StepTimes], now: datetime.datetime) -> int:

@@ -53,9 +53,7 @@ def applies(action: str) -> Q:
 def waiting_steps(run_id: int) -> list[str]:
     """The steps of a run that wait for a person now, in order."""
     return list(
-        StepRun.objects.filter(
-            run_id=run_id, type__in=states.person_step_types(), state=StepRun.State.WAITING
-        )
+        StepRun.objects.filter(run_id=run_id, waits_for_person=True, state=StepRun.State.WAITING)
         .order_by("position")
         .values_list("name", flat=True)
     )

@@ -33,6 +33,7 @@ from workflows.definitions import typed
 from workflows.hookpath import selection
 from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
 from workflows.operators import states
+from workflows.steps import registry
 
 
 def runs_list(
@@ -68,10 +69,9 @@ def why(run: Run) -> str:
     """Why a run from `with_current_step` is where it is: the approval's own text
     (`with.message`) while a person is asked, else its current step's error or waiting
     message, else the run's message."""
-    step_type = getattr(run, "step_type", None) or ""
     step_state = getattr(run, "step_state", None) or ""
     asks = getattr(run, "step_asks", None) or ""
-    if asks and step_state == StepRun.State.WAITING and step_type in states.person_step_types():
+    if asks and step_state == StepRun.State.WAITING:
         return str(asks)
     message = getattr(run, "step_message", None) or ""
     if message and step_state in (StepRun.State.FAILED, StepRun.State.WAITING):
@@ -278,7 +278,14 @@ def _current_step(field: str) -> Subquery:
     steps = (
         StepRun.objects.filter(run=OuterRef("pk"))
         .exclude(state__in=StepRun.DONE)
-        .annotate(rank=rank, asks=KeyTextTransform("message", "params"))
+        # What a step that waits for a person asks: its `with.message` (StepType.asks).
+        .annotate(
+            rank=rank,
+            asks=Case(
+                When(waits_for_person=True, then=KeyTextTransform(registry.ASKS_PARAM, "params")),
+                default=Value(None),
+            ),
+        )
         .order_by("rank", "position")
     )
     return Subquery(steps.values(field)[:1])

@@ -15,7 +15,6 @@ from django.db import models
 from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, Value, When
 
 from workflows.models import Run, StepRun
-from workflows.steps import registry
 
 #: The annotation `annotate` adds to a queryset of runs.
 FIELD = "display_state"
@@ -37,21 +36,16 @@ class State(models.TextChoices):
 HOLDING = (State.AWAITING_APPROVAL, State.RUNNING, State.PENDING, State.FAILED, State.CANCELLED)
 
 
-def person_step_types() -> tuple[str, ...]:
-    """Step types whose WAITING state means waiting for a person: each type says so itself
-    (StepType.waits_for_person), custom types too."""
-    return tuple(sorted(registry.person_types()))
-
-
 def step_waits_for_person(step: StepRun) -> bool:
-    """Whether this step is waiting for a person right now."""
-    return step.state == StepRun.State.WAITING and step.type in person_step_types()
+    """Whether this step is waiting for a person right now (its type says so:
+    StepType.waits_for_person, recorded on the row as the run started)."""
+    return step.state == StepRun.State.WAITING and step.waits_for_person
 
 
 def _waiting_for_person() -> Exists:
     return Exists(
         StepRun.objects.filter(
-            run=OuterRef("pk"), type__in=person_step_types(), state=StepRun.State.WAITING
+            run=OuterRef("pk"), waits_for_person=True, state=StepRun.State.WAITING
         )
     )
 
@@ -117,7 +111,7 @@ def of(run: Run) -> State:
     if run.released and run.state != Run.State.SUCCEEDED:
         return State.RELEASED
     if run.state == Run.State.RUNNING and (
-        run.steps.filter(type__in=person_step_types(), state=StepRun.State.WAITING).exists()
+        run.steps.filter(waits_for_person=True, state=StepRun.State.WAITING).exists()
     ):
         return State.AWAITING_APPROVAL
     return State(run.state)

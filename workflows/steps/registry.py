@@ -249,7 +249,7 @@ class StepType:
 
     def asks(self, params: Mapping[str, Any]) -> str:
         """What a step of this type asks a person (its `with.message`); "" if it asks nothing."""
-        return str(params.get("message") or "") if self.waits_for_person else ""
+        return asks(params, waits_for_person=self.waits_for_person)
 
 
 _REGISTRY: dict[str, StepType] = {}
@@ -337,10 +337,16 @@ def waiting_message(name: str) -> str:
     return step.waiting_message if step is not None else ""
 
 
-def asks(name: str, params: Mapping[str, Any]) -> str:
-    """What a step of type `name` with `params` asks a person ("" if nothing)."""
-    step = find(name)
-    return step.asks(params) if step is not None else ""
+#: The parameter of a step that waits for a person that holds what the person is asked.
+ASKS_PARAM = "message"
+
+
+def asks(params: Mapping[str, Any], *, waits_for_person: bool) -> str:
+    """What a step with `params` asks a person ("" if it waits for nobody or asks nothing).
+
+    Loads no step type: the admin passes the row's StepRun.waits_for_person.
+    """
+    return str(params.get(ASKS_PARAM) or "") if waits_for_person else ""
 
 
 def validate(name: str, given: Mapping[str, Any], *, hook: str) -> dict[str, Any]:

@@ -75,9 +75,8 @@ def row_of(run: Run, now: datetime.datetime) -> Row:
     step_type = getattr(run, "step_type", None) or ""
     step_state = getattr(run, "step_state", None) or ""
     asks = getattr(run, "step_asks", None) or ""
-    asks_a_person = (
-        step_type in states.person_step_types() and step_state == "waiting" and bool(asks)
-    )
+    # The step's `with.message` is annotated only for a step that waits for a person.
+    asks_a_person = step_state == "waiting" and bool(asks)
     step_name = getattr(run, "step_name", None) or ""
     holding = state in states.HOLDING
     deadline, passed = _deadline(run, now) if holding else ("-", False)

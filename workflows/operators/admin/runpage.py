@@ -64,7 +64,7 @@ class CallGroup:
 
 def step_action_applies(step: StepRun, action: str) -> bool:
     if action == "approve":
-        return step.type in states.person_step_types() and step.state not in StepRun.FINISHED
+        return step.waits_for_person and step.state not in StepRun.FINISHED
     if action == "skip":
         return step.state not in StepRun.DONE
     return step.state in (StepRun.State.FAILED, StepRun.State.CANCELLED)
@@ -100,7 +100,7 @@ def step_line(
     failing = step.state == StepRun.State.FAILED or (
         step.state == StepRun.State.READY and step.failures > 0
     )
-    asks = registry.asks(step.type, step.params)
+    asks = registry.asks(step.params, waits_for_person=step.waits_for_person)
     left = width = 0.0
     if step.started_at is not None and end is not None:
         left = 100 * (step.started_at - start).total_seconds() / total

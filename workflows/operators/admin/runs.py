@@ -291,7 +291,7 @@ def _what_it_acts_on(run: Run, action: str, step_name: str) -> dict[str, Any]:
     found = list(steps)
     asks = ""
     if action == "approve" and found:
-        asks = registry.asks(found[0].type, found[0].params)
+        asks = registry.asks(found[0].params, waits_for_person=found[0].waits_for_person)
     retried = [(s.name, s.message) for s in found] if action == "retry" else []
     return {"asks": asks, "retried": retried}
 
