@@ -15,7 +15,6 @@ from django.db.models import OuterRef, Q, Subquery
 
 from hooksvc.contract import catalog
 from workflows.models import Run, StepRun
-from workflows.operators import states
 
 
 def blocking_hooks() -> tuple[str, ...]:
@@ -40,6 +39,6 @@ def holds(now: datetime.datetime) -> Q:
 def waiting_since() -> Subquery:
     """For a run (as `OuterRef`), when its earliest step now waiting for a person started."""
     steps = StepRun.objects.filter(
-        run=OuterRef("pk"), type__in=states.person_step_types(), state=StepRun.State.WAITING
+        run=OuterRef("pk"), waits_for_person=True, state=StepRun.State.WAITING
     ).order_by("started_at")
     return Subquery(steps.values("started_at")[:1])

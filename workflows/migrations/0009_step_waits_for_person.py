@@ -16,7 +16,7 @@ def _approvals(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("workflows", "0007_step_leases_state_checks"),
+        ("workflows", "0008_bypass"),
     ]
 
     operations = [
