@@ -155,14 +155,15 @@ def test_a_run_that_starts_waiting_for_a_person_says_so_with_the_command_that_ap
         [run] = hook_runs.runs_ensure(templates=[template], call=wf.call(cluster=cluster))
         scheduling.advance(run.pk)
     awaiting = [e for e in cluster_events(kube) if e[0] == "HooksvcAwaitingApproval"]
-    command = f'manage.py workflows approve {run.pk} --step approve --reason "<why>"'
+    command = messages.approve_command(run.pk, "approve")
+    assert command.endswith(f'manage.py workflows approve {run.pk} --step approve --reason "<why>"')
     text = (
         "workflow approve-prod is waiting for approval at step approve for "
         f'BeforeClusterUpgrade v1.33.0: "{asks}"; approve it with `{command}`'
     )
     assert awaiting == [("HooksvcAwaitingApproval", text, "Normal", CLUSTER_UID)]
 
-    printed = re.search(r"`manage\.py (.+)`", awaiting[0][1])
+    printed = re.search(r"`[^`]*manage\.py ([^`]+)`", awaiting[0][1])
     assert printed is not None
     call_command(*shlex.split(printed.group(1).replace("<why>", "window open")))
     step = run.steps.get()
@@ -175,4 +176,4 @@ def test_a_long_approval_text_is_cut_to_fit_an_event() -> None:
         7, "w", "waiting for approval", "s", moment="BeforeClusterDelete", asks="x" * 5000
     )
     assert len(text.encode()) < 1024
-    assert '..."; approve it with `manage.py workflows approve 7 --step s' in text
+    assert f'..."; approve it with `{messages.approve_command(7, "s")}`' in text

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support import capi
 from tests.support import workflows as wf
-from workflows.engine import dispatch, scheduling
+from workflows.engine import dispatch, messages, scheduling
 from workflows.hookpath import answers
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, StepRun
@@ -73,7 +73,7 @@ def test_a_custom_type_that_waits_for_a_person_holds_like_an_approval(
     call = wf.call(cluster=capi.cluster_v1beta2(name="c1", namespace="prod", uid="uid-c1"))
     answer = answers.answer(call, handler_name="h")
     assert (answer.message, answer.retry_after) == (run.message, 7)
-    command = f'manage.py workflows approve {run.pk} --step sign --reason "<why>"'
+    command = messages.approve_command(run.pk, "sign")
     assert cluster_events == [
         (run.pk, "started"),
         (
