@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -54,19 +55,40 @@ def test_an_idle_worker_and_beat_write_no_lines(tmp_path: Path, no_worker: None)
 
 
 @pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
 def test_debug_level_shows_celerys_task_lines_again(tmp_path: Path, no_worker: None) -> None:
-    """The quieted lines are not lost for good: HOOKSVC_LOG_LEVEL=DEBUG brings them back."""
+    """The quieted lines are not lost for good: HOOKSVC_LOG_LEVEL=DEBUG brings them back.
+
+    Why it was flaky, and is not: the queue may still hold a poll_due that an earlier
+    test's worker's beat sent, so the first "succeeded in" (the test waited for any, then
+    looked for beat's line) can come before this worker's beat has sent anything. The
+    test follows one message of this worker's own beat instead: beat logs "Sending due
+    task" and then, at DEBUG, the id it sent (celery/beat.py, `Scheduler.apply_entry`);
+    the worker logs that id's receipt (celery/worker/strategy.py) and its success
+    (celery/app/trace.py, LOG_SUCCESS). The worker's tasks also need the test database,
+    which exists only once some test has asked for it (django_db).
+    """
     worker = Worker(tmp_path / "data", tmp_path / "worker.log", env={"HOOKSVC_LOG_LEVEL": "DEBUG"})
     worker.start()
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and "succeeded in" not in worker.log():
+        # A bound for a worker that never gets there, not a measure of how soon it does.
+        deadline = time.monotonic() + 120
+        while not (sent := _beats_poll_due_done(worker.log())):
+            assert time.monotonic() < deadline, f"no poll_due done:\n{worker.log()[-3000:]}"
             time.sleep(0.2)
         text = worker.log()
     finally:
         worker.stop()
-    assert "Scheduler: Sending due task" in text
-    assert "Task workflows.poll_due[" in text
+    assert "Scheduler: Sending due task poll-due (workflows.poll_due)" in text
+    assert f"Task workflows.poll_due[{sent}] received" in text
+
+
+def _beats_poll_due_done(text: str) -> str:
+    """The id of a poll_due that this log's beat sent and its worker ran, or ""."""
+    for sent in re.findall(r"workflows\.poll_due sent\. id->([0-9a-f-]+)", text):
+        if f"Task workflows.poll_due[{sent}] succeeded in" in text:
+            return str(sent)
+    return ""
 
 
 @pytest.mark.slow
