@@ -175,6 +175,16 @@ def test_redis_restarted_empty_while_runs_are_waiting(
 def test_all_workers_killed_and_restarted(
     stack_factory: Callable[..., Stack], tmp_path: Path
 ) -> None:
+    """Each killed step runs again and makes its side effect once; it may run more often.
+
+    The guarantee is at least once, not exactly twice. A step is held by a lease that the
+    live worker's heartbeat extends (HOOKSVC_STEP_LEASE_SECONDS is 5 here: a third of it
+    between ticks); a worker stalled for two thirds of a lease (CPU starvation on a loaded
+    machine, a slow commit) loses it, another attempt claims the step and runs its code,
+    and the stalled attempt's outcome is dropped (workflows/engine/leases.py). Such a
+    third run is legitimate; what must hold is invariant 4, the side effect once (the
+    step creates its effect file with O_EXCL, "look before you create").
+    """
     stack = stack_factory(workers=2)
     fx, gate = tmp_path / "effects", tmp_path / "gate"
     stack.apply(
@@ -203,8 +213,8 @@ def test_all_workers_killed_and_restarted(
         time.sleep(1)
     poller.check(finished)
     executions, created = effects(fx)
-    assert len(created) == 2
-    assert sorted(executions.values()) == [2, 2], "each killed step ran again, once"
+    assert len(created) == 2, "each step's side effect happened once"
+    assert all(n >= 2 for n in executions.values()), "each killed step ran again"
 
 
 def test_the_web_process_killed_during_a_hook_call(stack_factory: Callable[..., Stack]) -> None:

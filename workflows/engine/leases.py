@@ -6,7 +6,12 @@ code runs, no transaction is open, so nothing but the lease keeps another worker
 claiming the step too. A step's code may run for minutes (a helm install, a Job), so the
 process extends its leases every third of their length: one statement per tick, from a
 daemon thread with its own database connection, started the first time a lease is held.
-A killed process stops extending, and its steps are claimed again once the leases pass.
+A lease is held from its claim until its outcome is recorded (workflows.engine.scheduling,
+polls), not only while its step's code runs: an outcome may wait while the same task runs
+another run's next step. A killed process stops extending, and its steps are claimed again
+once the leases pass; so does a live one stalled for two thirds of a lease (CPU starvation,
+a database that does not answer), and its late outcome is then dropped: a step's code may
+run more than once, never its recorded outcome (invariant 4 keeps its side effect once).
 
 Extending never waits for a row another transaction holds (SKIP LOCKED): that transaction
 is either this attempt recording its outcome or an operator moving the step on, which
@@ -78,6 +83,11 @@ class _Heartbeat:
         self._lock = threading.Condition()
         self._held: dict[tuple[int, int], _Held] = {}
         self._pid: int | None = None
+
+    def holding(self) -> set[int]:
+        """The steps whose leases this process extends now."""
+        with self._lock:
+            return {step_id for step_id, _ in self._held}
 
     @contextlib.contextmanager
     def hold(self, leases: Sequence[Lease]) -> Iterator[None]:

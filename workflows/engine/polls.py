@@ -8,9 +8,9 @@ once: it claims up to POLL_BATCH_SIZE due waiting steps by lease in one statemen
 function with no transaction open, and records the repeated polls in one statement, by
 lease (an operator's approve, skip or cancel meanwhile ends the lease and wins). Any
 other outcome (done, failure, retry, timeout) is recorded as a countdown's is, in its
-run's scheduling transaction, which then advances the run. A batch past half its lease
-hands back what it has not polled (due at once), so it never starts a poll whose lease
-is about to pass.
+run's scheduling transaction, which then advances the run; the heartbeat extends its lease
+until then. A batch past half its lease hands back what it has not polled (due at once),
+so it never starts a poll whose lease is about to pass.
 """
 
 from __future__ import annotations
@@ -59,8 +59,11 @@ def poll_due(limit: int | None = None) -> BatchReport:
     for result in results:
         if not result.repeats:
             moved[result.attempt.run.pk].append(result)
-    for run_id, outcomes in moved.items():
-        scheduling.advance(run_id, outcomes)
+    # A run's advance may run its next step (a helm install, minutes): the outcomes of the
+    # runs after it keep their leases until they are recorded.
+    with leases.heartbeat.hold([r.attempt.lease for rs in moved.values() for r in rs]):
+        for run_id, outcomes in moved.items():
+            scheduling.advance(run_id, outcomes)
     polled = sum(1 for r in results if r.outcome is not None)
     finished = sum(1 for rs in moved.values() for r in rs if attempts.decide(r).finished)
     if claimed:

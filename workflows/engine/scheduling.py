@@ -31,6 +31,7 @@ from workflows.engine import (
     cleanups,
     clock,
     dispatch,
+    leases,
     messages,
     observe,
     sql,
@@ -55,23 +56,30 @@ def advance(run_id: int, results: Sequence[attempts.Result] = ()) -> None:
     """
     pending = list(results)
     while True:
-        claimed: list[attempts.Attempt] = []
-        if len(pending) == 1 and attempts.can_claim_next(pending[0]):
-            # The fast path of a chain: record and claim what it made due, one statement.
-            recorded = attempts.record(pending, claim_next=True)
-            if recorded.next is not None:
-                pending, claimed = [], recorded.next
-        if not claimed:
-            claimed = _schedule(run_id, pending)
+        # A lease is extended until its outcome is recorded, not only while its step's code
+        # runs: an outcome may wait for the run's lock, and a claimed step for those before it.
+        with leases.heartbeat.hold([r.attempt.lease for r in pending]):
+            claimed = _record_and_claim(run_id, pending)
         pending = []
-        for attempt in claimed:
-            result = attempts.run(attempt)
-            if result.repeats:
-                attempts.record([result])  # a poll again: its own row only, not the run's
-            else:
-                pending.append(result)
+        with leases.heartbeat.hold([a.lease for a in claimed]):
+            for attempt in claimed:
+                result = attempts.run(attempt)
+                if result.repeats:
+                    attempts.record([result])  # a poll again: its own row only, not the run's
+                else:
+                    pending.append(result)
         if not pending:
             return
+
+
+def _record_and_claim(run_id: int, pending: list[attempts.Result]) -> list[attempts.Attempt]:
+    """Record `pending` and claim the run's steps due next (what this worker runs itself)."""
+    if len(pending) == 1 and attempts.can_claim_next(pending[0]):
+        # The fast path of a chain: record and claim what it made due, one statement.
+        recorded = attempts.record(pending, claim_next=True)
+        if recorded.next is not None:
+            return recorded.next or _schedule(run_id, [])
+    return _schedule(run_id, pending)
 
 
 def run_step(step_id: int) -> None:
