@@ -39,6 +39,9 @@ def probes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[int, set[int]
         seen.append((ctx.run_id, leases.heartbeat.holding()))
         return registry.Done({})
 
+    # The built-ins first: their modules register once per process, so the registry
+    # restored afterwards must already hold them.
+    registry.load_builtins()
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     registry.step_type("lease_probe")(probe)
     registry.step_type("lease_probe_inline", inline=True)(probe)

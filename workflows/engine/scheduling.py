@@ -138,17 +138,18 @@ def _schedule(run_id: int, results: Sequence[attempts.Result]) -> list[attempts.
 
 
 def _lock(run_id: int, *, asynchronous: bool) -> tuple[Run | None, list[StepRun]]:
-    """The run's row, locked, and its steps in their order: one query."""
-    run_columns, step_columns = sql.SCHEDULE_RUN_COLUMNS, sql.SCHEDULE_STEP_COLUMNS
+    """The run's row, locked, then its steps in their order: two statements, so that the
+    steps are read after the lock is held (sql.LOCK_RUN says why)."""
+    params = {"run": run_id, "commit": "off" if asynchronous else "on"}
     with connection.cursor() as cursor:
-        cursor.execute(sql.LOCK_RUN, {"run": run_id, "commit": "off" if asynchronous else "on"})
+        cursor.execute(sql.LOCK_RUN, params)
+        row = cursor.fetchone()
+        if row is None:
+            return None, []
+        cursor.execute(sql.RUN_STEPS, params)
         rows = cursor.fetchall()
-    if not rows:
-        return None, []
-    width = len(run_columns)
-    run = _from_row(Run, run_columns, rows[0][:width])
-    steps = [_from_row(StepRun, step_columns, r[width:]) for r in rows if r[width] is not None]
-    return run, steps
+    run = _from_row(Run, sql.SCHEDULE_RUN_COLUMNS, row)
+    return run, [_from_row(StepRun, sql.SCHEDULE_STEP_COLUMNS, r) for r in rows]
 
 
 def _from_row(model: type[_M], columns: Sequence[str], values: Sequence[Any]) -> _M:

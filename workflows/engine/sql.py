@@ -131,17 +131,25 @@ SCHEDULE_STEP_COLUMNS = tuple(
     if f.name not in ("params", "memo", "output")
 )
 
-#: Lock a run's row and read it with its steps (in their order), in one round trip; it
-#: also sets this transaction's synchronous_commit (parameter `commit`, on or off).
-#: Parameters: commit, run. Columns: SCHEDULE_RUN_COLUMNS, then SCHEDULE_STEP_COLUMNS
-#: (NULL for a run without steps yet).
+#: Lock a run's row and read it; it also sets this transaction's synchronous_commit
+#: (parameter `commit`, on or off). Parameters: commit, run. Columns: SCHEDULE_RUN_COLUMNS.
+#: Its steps are read by the next statement (RUN_STEPS), not joined here: under READ
+#: COMMITTED, a row lock that waited for another transaction re-reads only the locked row,
+#: and a joined table stays as the statement's snapshot saw it (PostgreSQL documentation,
+#: "Transaction Isolation", Read Committed: "it does not see effects of those commands on
+#: other rows"). A run another worker was starting would then come back running with no
+#: steps, and "every step done" holds of no steps.
 LOCK_RUN = f"""
-    SELECT {_columns("r", SCHEDULE_RUN_COLUMNS)}, {_columns("s", SCHEDULE_STEP_COLUMNS)}
-    FROM (SELECT set_config('synchronous_commit', %(commit)s, true)) AS c,
-        workflows_run AS r LEFT JOIN workflows_steprun AS s ON s.run_id = r.id
+    SELECT {_columns("r", SCHEDULE_RUN_COLUMNS)}
+    FROM (SELECT set_config('synchronous_commit', %(commit)s, true)) AS c, workflows_run AS r
     WHERE r.id = %(run)s
-    ORDER BY s.position
     FOR UPDATE OF r
+"""  # noqa: S608  # nosec B608
+#: A run's steps in their order, read once its row is locked (a snapshot of their own).
+#: Parameters: run. Columns: SCHEDULE_STEP_COLUMNS.
+RUN_STEPS = f"""
+    SELECT {_columns("s", SCHEDULE_STEP_COLUMNS)} FROM workflows_steprun AS s
+    WHERE s.run_id = %(run)s ORDER BY s.position
 """  # noqa: S608  # nosec B608
 
 #: Serialises one template's starts (parameter: its name) until the transaction ends, so two
