@@ -185,3 +185,27 @@ def test_the_fleet_shows_recently_failed_but_not_old_or_succeeded_runs() -> None
     make_run(cluster="a/ok", state="succeeded")
     shown = selectors.fleet_page(selectors.FleetFilter(), now=now, offset=0, limit=10)
     assert [r.cluster_name for r in shown] == ["recent"]
+
+
+def test_only_runs_whose_answer_holds_capi_show_a_blocked_time_and_come_first(
+    admin_client: Client,
+) -> None:
+    """A run of a hook CAPI does not wait for (AfterControlPlaneInitialized), or one past a
+    `Proceed` deadline, is listed but blocks nothing: no "blocked for", after the held ones.
+    The same rule as the hook's answer and the blocked-seconds metric
+    (workflows/operators/holding.py)."""
+    aged(make_run(cluster="prod/held"), 5)
+    aged(make_run(cluster="prod/told", hook="AfterControlPlaneInitialized", moment=""), 60)
+    past = timezone.now() - datetime.timedelta(minutes=1)
+    proceed = aged(make_run(cluster="prod/proceeded"), 90, deadline_at=past)
+    Run.objects.filter(pk=proceed.pk).update(spec={**proceed.spec, "onDeadline": "Proceed"})
+    page = admin_client.get(FLEET).content.decode()
+    assert rows(page) == ["prod/held", "prod/proceeded", "prod/told"]
+
+    def blocked_cell(cluster: str) -> str:
+        row = page[page.index(f'data-cluster="{cluster}"') :]
+        return row[: row.index("</tr>")]
+
+    assert "5 min" in blocked_cell("prod/held")
+    assert "1 h 00 min" not in blocked_cell("prod/told")
+    assert "1 h 30 min" not in blocked_cell("prod/proceeded")

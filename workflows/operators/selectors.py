@@ -32,7 +32,7 @@ from hooksvc.contract import wire
 from workflows.definitions import typed
 from workflows.hookpath import selection
 from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
-from workflows.operators import states
+from workflows.operators import holding, states
 from workflows.steps import registry
 
 
@@ -304,9 +304,11 @@ def with_current_step(runs: QuerySet[Run]) -> QuerySet[Run]:
     )
 
 
-def _held_first() -> Case:
+def held_first(now: datetime.datetime) -> Case:
+    # Held as the hook answers (holding.holds): a run of a hook CAPI does not wait for, or
+    # one past a Proceed deadline, is shown but not as blocking its cluster.
     return Case(
-        When(states.where_any(states.HOLDING), then=Value(0)),
+        When(holding.holds(now), then=Value(0)),
         default=Value(1),
         output_field=IntegerField(),
     )
@@ -319,11 +321,12 @@ def fleet_page(
     before the rest, oldest first), with its display state, current step and the number
     of the cluster's runs on the fleet.
 
-    Each run carries `display_state`, `cluster_runs`, `step_name`, `step_type`,
-    `step_state`, `step_message` and `step_asks` (an approval's `with.message`).
+    Each run carries `held` (0 while its answer holds the cluster's lifecycle),
+    `display_state`, `cluster_runs`, `step_name`, `step_type`, `step_state`, `step_message`
+    and `step_asks` (an approval's `with.message`).
     """
     population = (
-        filters.apply(fleet_runs(now)).filter(filters.state_q()).annotate(held=_held_first())
+        filters.apply(fleet_runs(now)).filter(filters.state_q()).annotate(held=held_first(now))
     )
     ranked = population.annotate(
         cluster_position=Window(

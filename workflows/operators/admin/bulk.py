@@ -39,7 +39,12 @@ def _chosen(request: HttpRequest, action: str) -> tuple[list[Run], str]:
         if not ids:
             return [], "Tick the clusters to act on, or choose every cluster the filter finds."
         runs = Run.objects.filter(pk__in=ids)
-    found = list(selectors.with_current_step(runs).order_by("created_at", "pk")[: bulk.LIMIT + 1])
+    held = selectors.held_first(timezone.now())
+    found = list(
+        selectors.with_current_step(runs.annotate(held=held)).order_by("created_at", "pk")[
+            : bulk.LIMIT + 1
+        ]
+    )
     if not found:
         return [], f"No run the filter finds can take “{bulk.ACTIONS[action]}” now."
     if len(found) > bulk.LIMIT:

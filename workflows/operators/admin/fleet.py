@@ -78,7 +78,8 @@ def row_of(run: Run, now: datetime.datetime) -> Row:
     # The step's `with.message` is annotated only for a step that waits for a person.
     asks_a_person = step_state == "waiting" and bool(asks)
     step_name = getattr(run, "step_name", None) or ""
-    holding = state in states.HOLDING
+    # `held` is 0 while the hook's answer holds the lifecycle (selectors.fleet_page).
+    holding = getattr(run, "held", 1) == 0
     deadline, passed = _deadline(run, now) if holding else ("-", False)
     return Row(
         run=run,
