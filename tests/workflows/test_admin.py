@@ -192,3 +192,30 @@ def test_the_hook_call_page_shows_its_time_and_links_to_the_runs_it_answered(
     ).content.decode()
     assert second in detail
     assert f"run {run.pk} (gate)" in detail and f"run {other.pk} (notify)" in detail
+
+
+def test_the_hook_call_list_shows_a_long_messages_start_and_the_call_page_all_of_it(
+    admin_client: Client,
+) -> None:
+    """A failed step's message carries its hint (up to 500 characters): in full, the list's
+    later columns (latency, runs) went off a 1280 px screen."""
+    hint = "workflow gate failed at step backup: " + "x" * 200 + " END-OF-HINT"
+    call = HookCall.objects.create(
+        hook="BeforeClusterUpgrade",
+        handler="before-upgrade",
+        cluster_key="uid-fleet-c1",
+        cluster_namespace="fleet",
+        cluster_name="c1",
+        moment="v1.33.0",
+        status="Failure",
+        retry_after=0,
+        message=hint,
+        latency_ms=1.0,
+    )
+    listing = admin_client.get(reverse("admin:workflows_hookcall_changelist")).content.decode()
+    assert f'<span title="{hint}">{hint[:80]}…</span>' in listing
+    assert listing.count("END-OF-HINT") == 1, "the whole text once: on hover, not in the cell"
+    detail = admin_client.get(
+        reverse("admin:workflows_hookcall_change", args=[call.pk])
+    ).content.decode()
+    assert hint in detail

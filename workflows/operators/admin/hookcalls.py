@@ -18,6 +18,9 @@ from django.utils.html import format_html, format_html_join
 from workflows.models import HookCall, Run
 from workflows.operators.admin.common import ReadOnlyMixin, when
 
+#: How much of an answer's message the list shows.
+MESSAGE_START = 80
+
 
 def _answered_by() -> QuerySet[Run]:
     return Run.objects.filter(
@@ -35,7 +38,7 @@ class HookCallAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
         "moment",
         "status",
         "retry_after",
-        "message",
+        "message_start",
         "latency_ms",
         "runs",
     )
@@ -82,6 +85,16 @@ class HookCallAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="cluster", ordering="cluster_name")
     def cluster(self, call: HookCall) -> str:
         return f"{call.cluster_namespace}/{call.cluster_name}"
+
+    @admin.display(description="message")
+    def message_start(self, call: HookCall) -> str:
+        # A whole hint (up to 500 characters) would push the columns after it off a 1280 px
+        # screen: the list shows its start, the whole text on hover and on the call's page.
+        if len(call.message) <= MESSAGE_START:
+            return call.message
+        return format_html(
+            '<span title="{}">{}…</span>', call.message, call.message[:MESSAGE_START]
+        )
 
     @admin.display(description="runs it answered from")
     def runs(self, call: HookCall) -> str:
