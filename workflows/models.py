@@ -322,6 +322,7 @@ class Bypass(models.Model):
     end_reason = models.CharField(max_length=200, blank=True)
 
     class Meta:
+        verbose_name_plural = "bypasses"
         ordering = ["-created_at", "-id"]
         indexes = [
             # The hook path's look-up: the ones of a hook not ended yet.

@@ -396,4 +396,6 @@ def test_the_admin_lists_every_bypass_with_its_state_read_only(admin_client: Cli
     assert ">ended</span>" in row(ended) and "by cli:bob" in row(ended)
     assert ">expired</span>" in row(expired) and "by cli:" not in row(expired)
     assert "Add bypass" not in page
+    assert "<title>Select bypass to view | hooksvc</title>" in page
+    assert ">Bypasses</a>" in page and "Bypasss" not in page  # the plural in the breadcrumbs
     assert 'href="/admin/workflows/bypass/"' in admin_client.get("/admin/").content.decode()

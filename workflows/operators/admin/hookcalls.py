@@ -11,7 +11,7 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
@@ -77,6 +77,13 @@ class HookCallAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
             )
         )
         return queryset
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # As the run list: the columns need the width at 1280 px more than the sidebar.
+        context = {**(extra_context or {}), "is_nav_sidebar_enabled": False}
+        return super().changelist_view(request, context)
 
     @admin.display(description="at (to the second)", ordering="at")
     def time(self, call: HookCall) -> str:
