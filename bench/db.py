@@ -128,7 +128,13 @@ STEP_COLUMNS = (
     "memo",
     "output",
     "message",
+    # Django's defaults are not the table's: COPY names every NOT NULL column.
+    "lease_owner",
+    "claims",
+    "waits_for_person",
 )
+#: The values of the last three STEP_COLUMNS for a step no worker has claimed yet.
+UNCLAIMED = ("", 0, False)
 
 
 def run_row(
@@ -225,6 +231,7 @@ def seed_runs(
                 "{}",
                 "{}",
                 "",
+                *UNCLAIMED,
             )
 
     copy_rows("workflows_steprun", STEP_COLUMNS, steps())

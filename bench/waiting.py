@@ -83,6 +83,7 @@ def seed_waiting(count: int, *, polls: int, every: float, overdue: bool = False)
                 json.dumps({"polls": 1}),
                 "{}",
                 "polling",
+                *db.UNCLAIMED,
             )
 
     db.copy_rows("workflows_steprun", STEP_COLUMNS, steps())
