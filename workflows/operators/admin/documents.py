@@ -159,6 +159,18 @@ class _SourceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return f"{where}: change the profile."
         return f"{where}."
 
+    # Another source's templates and profiles (a profile's, a resource's) change only there:
+    # an edit here would be lost.
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.managed_by:
+            return False
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.managed_by:
+            return False
+        return super().has_delete_permission(request, obj)
+
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:  # type: ignore[override]
         # Read-only (another source's), the page shows the document as text, not a form.
         editable = obj is None or not obj.managed_by
@@ -180,18 +192,6 @@ class WorkflowTemplateAdmin(_SourceAdmin):
     list_filter = ("hook", "managed_by")
     search_fields = ("name",)
     readonly_fields = ("source", "spec_document", *_TIMES)
-
-    # Another source's templates (a profile's, a resource's) change only there: an edit here
-    # would be lost.
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        if obj is not None and obj.managed_by:
-            return False
-        return super().has_change_permission(request, obj)
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        if obj is not None and obj.managed_by:
-            return False
-        return super().has_delete_permission(request, obj)
 
     def save_model(
         self, request: HttpRequest, obj: WorkflowTemplate, form: Any, change: bool
@@ -265,17 +265,6 @@ class AddonProfileAdmin(_SourceAdmin):
     list_display = ("name", "behaviour", "depends_on", "generation", "managed_by", "updated_at")
     search_fields = ("name",)
     readonly_fields = ("source", "spec_document", *_TIMES)
-
-    # A resource's profile changes only with its resource (the resource controller).
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        if obj is not None and obj.managed_by:
-            return False
-        return super().has_change_permission(request, obj)
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        if obj is not None and obj.managed_by:
-            return False
-        return super().has_delete_permission(request, obj)
 
     @admin.display(description="clusterDeletionBehavior")
     def behaviour(self, profile: AddonProfile) -> str:
