@@ -74,9 +74,14 @@ def _is_word(token: str) -> bool:
     return bool(token) and token not in _SYMBOLS
 
 
-def _key(word: str) -> str:
+def is_key(word: str) -> bool:
+    """Whether `word` is a label key: a qualified name, with an optional DNS-subdomain prefix."""
     name = word.rpartition("/")[2]
-    if not _KEY.fullmatch(word) or len(name) > 63 or len(word) - len(name) > 254:
+    return bool(_KEY.fullmatch(word)) and len(name) <= 63 and len(word) - len(name) <= 254
+
+
+def _key(word: str) -> str:
+    if not is_key(word):
         raise SelectorError(f"{word!r} is not a valid label key")
     return word
 

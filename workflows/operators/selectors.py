@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import re
 from typing import Any
 
 from django.db.models import (
@@ -30,7 +29,7 @@ from django.db.models.functions import RowNumber
 
 from hooksvc.contract import wire
 from workflows.definitions import typed
-from workflows.hookpath import selection
+from workflows.hookpath import labelselector, selection
 from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
 from workflows.operators import holding, states
 from workflows.steps import registry
@@ -204,10 +203,6 @@ def call_preview(call: wire.HookCall) -> dict[str, Any]:
 
 #: Finished runs that did not succeed stay on the fleet view this long after they ended.
 FLEET_RECENT = datetime.timedelta(hours=24)
-#: A Kubernetes label key (optional DNS prefix, then a name), as the label filter accepts.
-_LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
 
 
 class FilterError(ValueError):
@@ -237,7 +232,7 @@ class FleetFilter:
         if self.label:
             key, equals, value = self.label.partition("=")
             key = key.strip()
-            if not equals or not _LABEL_KEY.match(key):
+            if not equals or not labelselector.is_key(key):
                 raise FilterError(f"label filter {self.label!r}: write it as key=value")
             labels = KeyTransform("labels", KeyTransform("cluster", "context"))
             runs = runs.alias(fleet_label=KeyTextTransform(key, labels)).filter(
