@@ -147,14 +147,30 @@ def _make_run(data_dir: Path, cwd: Path, log_path: Path, *, pid1: bool) -> Itera
                 process.wait()
 
 
+#: curl's exit status when it could not connect (curl's man page, EXIT CODES).
+CURL_COULDNT_CONNECT = 7
+
+
 def _curl(run: _MakeRun, data_dir: Path, command: str) -> dict[str, object]:
-    """Run a curl command of the README against `run` (its port and CA instead of 9443's)."""
+    """Run a curl command of the README against `run` (its port and CA instead of 9443's).
+
+    A refused connection is tried again for a while, as long as `make run` is up: a clean-clone
+    run of the whole suite once saw one while gunicorn had already logged "Booting worker"
+    (not reproduced alone). Any other failure, or a refusal that lasts, fails with the log.
+    """
     command = command.replace("https://localhost:9443", f"https://localhost:{run.port}")
     command = command.replace("var/tls/ca.crt", str(data_dir / "tls" / "ca.crt"))
-    done = subprocess.run(
-        ["bash", "-c", command], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + 30
+    while True:
+        done = subprocess.run(
+            ["bash", "-c", command], capture_output=True, text=True, timeout=60, check=False
+        )
+        refused = done.returncode == CURL_COULDNT_CONNECT
+        if not refused or run.process.poll() is not None or time.monotonic() > deadline:
+            break
+        print(f"curl could not connect to make run's port {run.port}: trying again")
+        time.sleep(0.5)
+    assert done.returncode == 0, f"{done.stderr}\nmake run's log:\n{run.log()[-4000:]}"
     answer: dict[str, object] = json.loads(done.stdout)
     return answer
 
