@@ -22,6 +22,8 @@ the annotation CAPI looks for is there.
 
 from __future__ import annotations
 
+import datetime
+import functools
 import html
 import io
 import os
@@ -52,7 +54,7 @@ from workflows.definitions import spec
 from workflows.engine import messages
 from workflows.hookpath import answers
 from workflows.models import Bypass, Run, RunEvent, WorkflowTemplate
-from workflows.operators import actions
+from workflows.operators import actions, bypasses
 from workflows.operators.cli import why
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -257,6 +259,40 @@ def test_why_for_a_held_deletion_suggests_ok_to_delete_and_it_sets_capis_annotat
     found = kube.get_object("cluster.x-k8s.io", "v1beta2", "clusters", "fleet", "c1")
     assert found is not None
     assert found["metadata"]["annotations"] == {"runtime.cluster.x-k8s.io/ok-to-delete": ""}
+
+
+def test_why_names_the_bypass_that_answers_for_the_cluster_and_its_end_hint_runs() -> None:
+    """`workflows why` says when break glass answers a held hook for the cluster (the hook
+    path's rule: hook, namespace, label selector), and not for a bypass that does not
+    cover it; its end hint runs as printed, after which `why` no longer names it."""
+    wf.template(
+        "pre-delete", hook="BeforeClusterDelete", steps=[{"name": "ok", "type": "approval"}]
+    )
+    call = wf.call(
+        "BeforeClusterDelete", cluster=capi.cluster_v1beta2(name="c1", labels={"env": "prod"})
+    )
+    assert answers.answer(call, handler_name="test").retry_after > 0
+    bypass_open = functools.partial(
+        bypasses.bypass_open,
+        hook="BeforeClusterDelete",
+        duration=datetime.timedelta(hours=1),
+        actor="ops",
+    )
+    bypass_open(selector="env=dev", reason="dev clusters only")
+    bypass_open(namespace="elsewhere", reason="another namespace")
+    covering = bypass_open(selector="env=prod", reason="restore drill")
+    # The hook path answers from the same bypass.
+    answered = answers.answer(call, handler_name="test")
+    assert answered.retry_after == 0
+    assert answered.message.startswith(f"hooksvc break glass {covering.pk} by ops "), answered
+    text = why_of()
+    assert f"break glass: bypass {covering.pk} by ops until" in text
+    assert "dev clusters only" not in text and "another namespace" not in text
+    [end] = [c for c in suggested(text) if "bypass --end" in c]
+    assert end == f'{settings.MANAGE_PY} workflows bypass --end {covering.pk} --reason "<why>"'
+    run_as_printed(end)
+    assert "break glass" not in why_of()
+    assert "BeforeClusterDelete: 1 run; CAPI waits" in why_of()
 
 
 def test_the_unknown_cluster_error_suggests_a_list_that_runs() -> None:

@@ -47,6 +47,10 @@ def approve_command(run_id: int, step: str) -> str:
     return command(f"workflows approve {run_id} --step {step} {REASON}")
 
 
+def bypass_end_command(bypass_id: int) -> str:
+    return command(f"workflows bypass --end {bypass_id} {REASON}")
+
+
 # --- A run's message: what the hook answers while the run holds the lifecycle -------------
 
 

@@ -97,8 +97,7 @@ def _open(stdout: OutputWrapper, options: dict[str, Any]) -> None:
     stdout.write(
         f"bypass {bypass.pk} in force until {hook_bypass.until(bypass.expires_at)}: "
         f"{shown.scope} answer Success without runs\n"
-        f"end it early with `{messages.command(f'workflows bypass --end {bypass.pk}')} "
-        f"{messages.REASON}`"
+        f"end it early with `{messages.bypass_end_command(bypass.pk)}`"
     )
 
 
