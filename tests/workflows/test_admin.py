@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from tests.support import capi
 from tests.support import workflows as wf
+from workflows.hookpath import answers
 from workflows.models import HookCall, Run, RunEvent, StepRun
+from workflows.operators import bypasses
 from workflows.steps import registry
 
 pytestmark = pytest.mark.django_db
@@ -219,3 +224,42 @@ def test_the_hook_call_list_shows_a_long_messages_start_and_the_call_page_all_of
         reverse("admin:workflows_hookcall_change", args=[call.pk])
     ).content.decode()
     assert hint in detail
+
+
+def test_a_call_break_glass_answered_links_to_its_bypass_not_to_the_runs(
+    admin_client: Client,
+) -> None:
+    """A bypassed call answered from no run: the list and the call's page name the bypass
+    (read back from the message the hook path wrote), not the cluster's runs of that moment."""
+    run = make_run()
+    wf.template("gate", hook=run.hook)
+    covering = bypasses.bypass_open(
+        hook=run.hook, duration=datetime.timedelta(hours=1), actor="ops", reason="restore drill"
+    )
+    answered = answers.answer(
+        wf.call(run.hook, cluster=capi.cluster_v1beta2(name="c1")),
+        handler_name="test",
+    )
+    call = HookCall.objects.create(
+        hook=run.hook,
+        handler="before-upgrade",
+        cluster_key=run.cluster_key,
+        cluster_namespace="fleet",
+        cluster_name="c1",
+        moment=run.moment,
+        status=answered.status,
+        retry_after=answered.retry_after,
+        message=answered.message,
+        latency_ms=1.0,
+    )
+    link = (
+        f'<a href="{reverse("admin:workflows_bypass_change", args=[covering.pk])}">'
+        f"break glass {covering.pk}</a>"
+    )
+    listing = admin_client.get(reverse("admin:workflows_hookcall_changelist")).content.decode()
+    assert link in listing
+    assert reverse("admin:workflows_run_change", args=[run.pk]) not in listing
+    detail = admin_client.get(
+        reverse("admin:workflows_hookcall_change", args=[call.pk])
+    ).content.decode()
+    assert f"none: {link}" in detail

@@ -73,9 +73,21 @@ def until(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+#: How every covered answer's message starts (`message`); `answered_by` reads it back.
+MESSAGE_PREFIX = "hooksvc break glass "
+
+
 def message(bypass: Active) -> str:
     """What a covered call answers: who, why and until when; the same for the same bypass."""
     return (
-        f"hooksvc break glass {bypass.id} by {bypass.actor} until {until(bypass.expires_at)}: "
+        f"{MESSAGE_PREFIX}{bypass.id} by {bypass.actor} until {until(bypass.expires_at)}: "
         f"{bypass.reason}; no workflow runs for this call"
     )
+
+
+def answered_by(answer_message: str) -> int | None:
+    """The bypass whose `message` this is (a recorded hook call's), None for any other answer."""
+    if not answer_message.startswith(MESSAGE_PREFIX):
+        return None
+    number = answer_message.removeprefix(MESSAGE_PREFIX).partition(" by ")[0]
+    return int(number) if number.isdigit() else None

@@ -1,7 +1,8 @@
 """The hook calls CAPI made, as the admin lists them (kept HOOK_CALL_RETENTION_DAYS days).
 
 Each call shows its time to the second and links to the runs it answered from: the runs of
-the same cluster, hook and moment (one per matching template).
+the same cluster, hook and moment (one per matching template); a call that break glass
+answered links to its bypass instead (it answered from no run).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from workflows.hookpath import bypass as hook_bypass
 from workflows.models import HookCall, Run
 from workflows.operators.admin.common import ReadOnlyMixin, when
 
@@ -105,6 +107,9 @@ class HookCallAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="runs it answered from")
     def runs(self, call: HookCall) -> str:
+        bypassed = _bypass_link(call)
+        if bypassed:
+            return bypassed
         first, count = getattr(call, "first_run", None), getattr(call, "run_count", 0)
         if first is None:
             return "-"
@@ -122,6 +127,9 @@ class HookCallAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="runs it answered from")
     def runs_answered(self, call: HookCall) -> str:
+        bypassed = _bypass_link(call)
+        if bypassed:
+            return format_html("none: {}", bypassed)
         found = Run.objects.filter(
             cluster_key=call.cluster_key, hook=call.hook, moment=call.moment
         ).order_by("pk")
@@ -135,3 +143,15 @@ class HookCallAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
                 for r in found
             ),
         )
+
+
+def _bypass_link(call: HookCall) -> str:
+    """A link to the bypass that answered `call`, "" if none did."""
+    bypass_id = hook_bypass.answered_by(call.message)
+    if bypass_id is None:
+        return ""
+    return format_html(
+        '<a href="{}">break glass {}</a>',
+        reverse("admin:workflows_bypass_change", args=[bypass_id]),
+        bypass_id,
+    )
