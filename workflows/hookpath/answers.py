@@ -38,7 +38,7 @@ PROCEED = Answer(catalog.Status.SUCCESS)
 
 def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
     """Ensure the runs `call` starts and answer from their state."""
-    templates, found, due, bypasses = hook_runs.templates_and_runs(call)
+    templates, found, due, bypasses, _late = hook_runs.templates_and_runs(call)
     if not templates:
         return PROCEED
     covered = bypass.covering(bypasses, call)

@@ -1,8 +1,8 @@
 """Find or create a hook call's runs: one run per (template, cluster, moment), for good.
 
 `templates_and_runs` reads the hook's templates that match the call, their runs for this
-moment, those runs' due steps and the hook's break-glass bypasses in one query (a
-steady-state poll is that query alone).
+moment, those runs' due steps, the hook's break-glass bypasses and how late the engine's
+oldest due work is, in one query (a steady-state poll is that query alone).
 `runs_ensure` creates the missing runs with an insert that the unique constraint arbitrates
 (fifty concurrent calls make one run), and wakes the engine once they commit. The Cluster
 watcher calls `runs_ensure` too, for deleted Clusters that CAPI calls no hook for.
@@ -50,11 +50,13 @@ class Found(NamedTuple):
     steps: dict[str, list[retry.StepTimes]]
     #: The hook's break-glass bypasses in force for the cluster's namespace.
     bypasses: list[bypass.Active]
+    #: How late (seconds) the engine's oldest due work is: 0 when it keeps up.
+    late: float = 0.0
 
 
 def templates_and_runs(call: wire.HookCall) -> Found:
     """The hook's templates that match `call`, their runs for this moment, those runs' due
-    steps and the hook's bypasses in force, in one query."""
+    steps, the hook's bypasses in force and how late the engine is, in one query."""
     hook = call.hook.name
     params: dict[str, str | datetime.datetime] = {
         "key": call.cluster.key,
@@ -66,7 +68,13 @@ def templates_and_runs(call: wire.HookCall) -> Found:
     with connection.cursor() as cursor:
         cursor.execute(sql.TEMPLATES_AND_RUNS, params)
         rows = cursor.fetchall()
-    found = Found([], {}, {}, bypass.actives(_decode_json(rows[0][-1])) if rows else [])
+    found = Found(
+        [],
+        {},
+        {},
+        bypass.actives(_decode_json(rows[0][-2])) if rows else [],
+        max(0.0, float(rows[0][-1] or 0)) if rows else 0.0,
+    )
     width = len(sql.TEMPLATE_COLUMNS)
     run_end = width + len(sql.RUN_ANSWER_COLUMNS)
     for row in rows:
