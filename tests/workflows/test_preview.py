@@ -6,6 +6,7 @@ writes nothing: no Run row, whatever matches.
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import os
@@ -19,9 +20,12 @@ import yaml
 from django.core.management import CommandError, call_command
 
 from tests.support import capi, servers
+from tests.support import workflows as wf
 from tests.workflows import documents
 from tests.workflows.runs import make_run
+from workflows.hookpath import answers
 from workflows.models import Run
+from workflows.operators import bypasses
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,6 +136,31 @@ def test_no_matching_template_means_success_at_once(tmp_path: Path) -> None:
     path = cluster_file(tmp_path, capi.cluster_v1beta2(namespace="dev"))
     text = preview("--hook", "BeforeClusterDelete", "--cluster", path)
     assert text.splitlines()[-1] == "no template matches: the hook would answer Success at once"
+
+
+@pytest.mark.usefixtures("templates")
+def test_a_bypass_in_force_that_would_answer_the_call_is_shown(tmp_path: Path) -> None:
+    """As on the hook path: a bypass of the hook for the cluster's namespace and labels
+    answers instead of the matching templates; one for other labels does not."""
+    hour = datetime.timedelta(hours=1)
+    bypasses.bypass_open(
+        hook="BeforeClusterUpgrade", duration=hour, actor="ops", reason="dev", selector="env=dev"
+    )
+    args = ["--hook", "BeforeClusterUpgrade", "--to", "v1.33.0", "--cluster"]
+    prod = cluster_file(tmp_path, capi.cluster_v1beta2(labels={"env": "prod"}))
+    assert "break glass" not in preview(*args, prod)
+    covering = bypasses.bypass_open(
+        hook="BeforeClusterUpgrade", duration=hour, actor="ops", reason="restore drill"
+    )
+    text = preview(*args, prod)
+    assert (
+        f"break glass: bypass {covering.pk} is in force for this call: it would answer "
+        "Success at once and start no run"
+    ) in text
+    call = wf.call("BeforeClusterUpgrade", cluster=capi.cluster_v1beta2(labels={"env": "prod"}))
+    answered = answers.answer(call, handler_name="test")
+    assert json.loads(preview(*args, prod, "-o", "json"))["bypass"]["message"] == (answered.message)
+    assert not Run.objects.exists()
 
 
 @pytest.mark.parametrize(

@@ -29,8 +29,10 @@ from django.db.models.functions import RowNumber
 
 from hooksvc.contract import wire
 from workflows.definitions import typed
+from workflows.engine import clock
+from workflows.hookpath import bypass as hook_bypass
 from workflows.hookpath import labelselector, selection
-from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
+from workflows.models import Bypass, HookCall, Run, RunEvent, StepRun, WorkflowTemplate
 from workflows.operators import holding, states
 from workflows.steps import registry
 
@@ -159,7 +161,8 @@ def call_preview(call: wire.HookCall) -> dict[str, Any]:
     """What `call` would start: each template of its hook, whether it matches, its steps.
 
     Reads only; an existing run for the same moment is shown, since the call would
-    answer from it instead of starting a new one.
+    answer from it instead of starting a new one, and so is a break-glass bypass that would
+    answer it instead (when a template matches, as on the hook path).
     """
     moment = selection.moment_key(call)
     templates = []
@@ -196,6 +199,31 @@ def call_preview(call: wire.HookCall) -> dict[str, Any]:
         },
         "moment": moment,
         "templates": templates,
+        "bypass": _covering_bypass(call) if any(t["matches"] for t in templates) else None,
+    }
+
+
+def _covering_bypass(call: wire.HookCall) -> dict[str, Any] | None:
+    """The bypass in force that would answer `call`: the hook path's rule and order
+    (workflows.hookpath.bypass.covering over its query's rows)."""
+    in_force = Bypass.objects.filter(
+        hook=call.hook.name,
+        namespace__in=("", call.cluster.namespace),
+        ended_at__isnull=True,
+        expires_at__gt=clock.now(),
+    ).order_by("-expires_at", "id")
+    actives = [
+        hook_bypass.Active(b.pk, b.selector, b.actor, b.reason, b.expires_at) for b in in_force
+    ]
+    covering = hook_bypass.covering(actives, call)
+    if covering is None:
+        return None
+    return {
+        "id": covering.id,
+        "actor": covering.actor,
+        "reason": covering.reason,
+        "expiresAt": covering.expires_at.isoformat(),
+        "message": hook_bypass.message(covering),
     }
 
 

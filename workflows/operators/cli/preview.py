@@ -69,6 +69,12 @@ def show_preview(stdout: OutputWrapper, options: dict[str, Any]) -> None:
             stdout.write(f"workflowtemplate/{t['name']} does not match")
     if not matching:
         stdout.write("no template matches: the hook would answer Success at once")
+    elif result["bypass"]:
+        stdout.write(
+            f"break glass: bypass {result['bypass']['id']} is in force for this call: it would "
+            "answer Success at once and start no run"
+        )
+        stdout.write(f"  {result['bypass']['message']}")
 
 
 def _call(options: dict[str, Any]) -> wire.HookCall:
