@@ -28,6 +28,7 @@ from tests.support import capi, servers
 from tests.support import workflows as wf
 from tests.support.worker import Worker
 from tests.workflows.test_worker import wait_for
+from workflows.engine import messages
 from workflows.models import Bypass, Run, RunEvent, StepRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -166,13 +167,15 @@ def neighbours() -> None:
             moment="v1.32.4->v1.33.1",
             state="failed",
             released=released,
-            message="workflow backup-before-upgrade failed at step backup; "
-            "retry it with `.venv/bin/python manage.py workflows retry RUN_ID --reason "
-            '"<why>"`',
             finished_at=now,
             deadline_at=now - datetime.timedelta(minutes=5),
         )
-        Run.objects.filter(pk=run.pk).update(created_at=now - datetime.timedelta(minutes=47))
+        failure = "Velero Backup ended Failed: 2 of 9 volumes not snapshotted"
+        # The message the engine writes for a failed step, with this run's own retry hint.
+        Run.objects.filter(pk=run.pk).update(
+            created_at=now - datetime.timedelta(minutes=47),
+            message=messages.run_failed_at_step(run.pk, run.template_name, "backup", failure),
+        )
         StepRun.objects.create(
             run=run,
             name="backup",
@@ -181,7 +184,7 @@ def neighbours() -> None:
             state="failed",
             retries=3,
             failures=4,
-            message="Velero Backup ended Failed: 2 of 9 volumes not snapshotted",
+            message=failure,
         )
 
 
