@@ -149,6 +149,34 @@ def test_a_lease_that_passes_mid_step_drops_the_late_outcome_and_the_next_attemp
 
 
 @pytest.mark.django_db
+def test_a_first_poll_whose_lease_passed_is_dropped_on_the_one_statement_path_too(
+    later: Callable[[float], datetime.datetime], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A first poll is written on its step's row alone (sql.RECORD_FIRST_POLL), by the same
+    compare-and-set on its lease: once the lease passed and the step was claimed again, the
+    late poll is dropped and logged, and the next attempt's is recorded."""
+    run = _run("poller", [{"name": "poll", "type": "count_poll", "with": {"every": 2, "polls": 2}}])
+    [first] = scheduling._schedule(run.pk, [])  # the run starts: its step is claimed
+    late = attempts.run(first)
+    assert attempts.starts_waiting_alone(late)
+    later(61)
+    [second] = attempts.claim(step_ids=[first.step.pk])
+
+    with caplog.at_level(logging.WARNING, logger="workflows.engine.attempts"):
+        scheduling.advance(run.pk, [late])
+
+    step = StepRun.objects.get(pk=first.step.pk)
+    assert (step.state, step.claims) == ("ready", second.lease.token), (
+        "the late poll is not written"
+    )
+    dropped = [r for r in caplog.records if r.getMessage().startswith("step outcome dropped")]
+    assert [r.__dict__["claim"] for r in dropped] == [first.lease.token]
+    scheduling.advance(run.pk, [attempts.run(second)])
+    step.refresh_from_db()
+    assert (step.state, step.lease_owner) == ("waiting", "")
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("action", ["cancel", "skip", "approve"])
 def test_an_outcome_after_an_operators_move_is_dropped(
     action: str,

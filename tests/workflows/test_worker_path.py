@@ -128,6 +128,89 @@ def test_a_repeated_poll_updates_only_its_step(
     assert sent[-1] == ("run_step_later", (step.pk,))
 
 
+def _count_chain_records(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The steps whose success the chain's one statement records (sql.SUCCEED_AND_CLAIM_NEXT)."""
+    calls: list[int] = []
+    succeed = attempts._succeed_and_claim_next
+
+    def counted(result: attempts.Result) -> attempts.Recorded:
+        calls.append(result.attempt.step.pk)
+        return succeed(result)
+
+    monkeypatch.setattr(attempts, "_succeed_and_claim_next", counted)
+    return calls
+
+
+def test_a_one_wait_run_is_scheduled_when_it_starts_and_when_it_ends(
+    sent: list[tuple[str, Any]],
+    now: list[datetime.datetime],
+    on_commit: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fleet's run (one `wait`): its start names the step and sets no wake-up, so the
+    first poll is written on the step's row alone; the success of its last step is written
+    where the run ends, not by the chain's statement first."""
+    run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3}}])
+    schedules = _count_schedules(monkeypatch)
+    chained = _count_chain_records(monkeypatch)
+    with on_commit(execute=True), CaptureQueriesContext(connection) as first:
+        scheduling.advance(run.pk)
+    step = StepRun.objects.get(run=run)
+    run.refresh_from_db()
+    assert (step.state, step.lease_owner, step.started_at) == ("waiting", "", run.started_at)
+    assert (run.message, run.wake_at) == ("workflow timer is running step w", None)
+    assert schedules == [run.pk], "the first poll took no run lock"
+    poll = [q["sql"] for q in first][-1]
+    assert "workflows_steprun" in poll and "FOR UPDATE" not in poll
+    assert sent[-1] == ("run_step_later", (step.pk,))
+
+    # The countdown comes: the wait is over.
+    StepRun.objects.filter(pk=step.pk).update(memo={"until": 0})
+    assert step.due_at is not None
+    now[0] = step.due_at
+    with on_commit(execute=True):
+        scheduling.run_step(step.pk)
+    assert schedules == [run.pk, run.pk]
+    assert chained == []
+    assert StepRun.objects.get(pk=step.pk).state == "succeeded"
+    assert Run.objects.get(pk=run.pk).state == "succeeded"
+
+
+def test_a_first_poll_after_a_chain_is_recorded_under_the_runs_lock_and_named(
+    sent: list[tuple[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chain's statement claims the `wait` after a `noop` without writing the run's
+    message, which still names the first step: its first poll goes through scheduling,
+    which names the step the run now runs."""
+    steps: list[dict[str, Any]] = [
+        {"name": "n", "type": "noop"},
+        {"name": "w", "type": "wait", "with": {"seconds": 3600}, "dependsOn": ["n"]},
+    ]
+    run = _run("chain", steps)
+    schedules = _count_schedules(monkeypatch)
+    scheduling.advance(run.pk)
+    run.refresh_from_db()
+    assert run.message == "workflow chain is running step w"
+    assert StepRun.objects.get(run=run, name="w").state == "waiting"
+    assert schedules == [run.pk, run.pk]
+
+
+def test_a_started_run_is_woken_for_its_deadline_and_names_its_first_step(
+    sent: list[tuple[str, Any]],
+) -> None:
+    template = wf.template(
+        "timer",
+        steps=[{"name": "w", "type": "wait", "with": {"seconds": 3600}}],
+        deadlineSeconds=600,
+    )
+    run = _run(template, [])
+    scheduling.advance(run.pk)
+    run.refresh_from_db()
+    assert run.deadline_at is not None
+    assert (run.state, run.wake_at) == ("running", run.deadline_at)
+    assert run.message == "workflow timer is running step w"
+
+
 def test_a_waiting_run_is_left_to_its_steps_due_time(sent: list[tuple[str, Any]]) -> None:
     run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3600}}])
     scheduling.advance(run.pk)

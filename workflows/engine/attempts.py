@@ -1,12 +1,14 @@
 """One way to attempt a step: claim it by lease, run its code with no transaction open, record.
 
-`claim` leases due steps in one compare-and-set UPDATE (by id, or the batch poller's
-most overdue waiting steps) and commits with the caller's transaction, or at once.
-`run` calls the step's function once, with no transaction open and no row lock held
-(checked), while the heartbeat extends the lease (workflows.engine.leases). `record`
-writes outcomes by compare-and-set on the same lease: repeated polls of waiting steps
-in one statement, every other outcome as a transition inside the run's scheduling
-transaction (workflows.engine.scheduling holds the run's lock). An outcome whose lease
+`claim` (workflows.engine.claims) leases due steps in one compare-and-set UPDATE (by id,
+or the batch poller's most overdue waiting steps) and commits with the caller's
+transaction, or at once. `run` calls the step's function once, with no transaction open
+and no row lock held (checked), while the heartbeat extends the lease
+(workflows.engine.leases). `record` writes outcomes by compare-and-set on the same
+lease: repeated polls of waiting steps in one statement, a first poll that its run's
+answer does not show on its step's row alone, every other outcome as a transition inside
+the run's scheduling transaction (workflows.engine.scheduling holds the run's lock); a
+chain's success and the claim of what it makes due are one statement. An outcome whose lease
 was lost (it passed and the step was claimed again, or an operator moved the step) is
 dropped and logged, never written. `decide` is the retry policy, a pure function:
 failed attempts are retried with exponential backoff and full jitter, up to `retries`.
@@ -27,6 +29,7 @@ from django.db import transaction
 
 from workflows import errors
 from workflows.engine import (
+    claims,
     cleanups,
     clock,
     dispatch,
@@ -36,8 +39,28 @@ from workflows.engine import (
     sql,
     transitions,
 )
-from workflows.models import Run, StepRun
+from workflows.engine.claims import Attempt, claim
+from workflows.models import StepRun
 from workflows.steps import registry
+
+# The claim is the first of an attempt's two functions: callers find it here, with record.
+__all__ = [
+    "Attempt",
+    "Decision",
+    "Recorded",
+    "Result",
+    "backoff",
+    "can_claim_next",
+    "claim",
+    "decide",
+    "execute_once",
+    "hand_back",
+    "needs_countdown",
+    "record",
+    "record_first_poll",
+    "run",
+    "starts_waiting_alone",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -68,72 +91,6 @@ def needs_countdown(state: str, after: float) -> bool:
     message per poll but adds up to a beat period of latency: worth it only for long waits.
     """
     return state != StepRun.State.WAITING or after < settings.POLL_BATCH_MIN_WAIT_SECONDS
-
-
-# --- Claim ----------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Attempt:
-    """A claimed step (and the run columns it needs), with the lease it was claimed with."""
-
-    run: Run
-    step: StepRun
-    lease: leases.Lease
-
-
-def claim(
-    *,
-    step_ids: Sequence[int] = (),
-    limit: int = 0,
-    promote: bool = False,
-    lease_seconds: float | None = None,
-    now: datetime.datetime | None = None,
-) -> list[Attempt]:
-    """Lease the claimable steps among `step_ids`, or (with `limit`) that many due waiting
-    steps, most overdue first: one statement, committed with the caller's transaction.
-
-    A step is claimable when it is ready or waiting, due, its run is running, and no
-    lease holds it (or its lease has passed). Steps another attempt holds are left out.
-    With `promote`, `step_ids` are pending steps whose dependencies the caller found done
-    under their run's lock: they become ready and are claimed in the same statement.
-    """
-    if not step_ids and not limit:
-        return []
-    seconds = lease_seconds or settings.STEP_LEASE_SECONDS
-    owner = leases.owner()
-    now = now or clock.now()
-    expires = now + datetime.timedelta(seconds=seconds)
-    params: dict[str, Any] = {"now": now, "owner": owner, "expires": expires}
-    if limit:
-        statement, params["limit"] = sql.CLAIM_DUE_WAITING, limit
-    else:
-        statement = sql.CLAIM_PROMOTED if promote else sql.CLAIM_STEPS
-        params["ids"] = list(step_ids)
-    rows = sql.rows(statement, params, [*sql.CLAIM_STEP_COLUMNS, *sql.CLAIM_RUN_COLUMNS])
-    return [_attempt(row, owner=owner, seconds=seconds, expires=expires) for row in rows]
-
-
-def _attempt(
-    row: dict[str, Any], *, owner: str, seconds: float, expires: datetime.datetime
-) -> Attempt:
-    row = {k: _decode_json(v) if k in sql.CLAIM_JSON_COLUMNS else v for k, v in row.items()}
-    run = Run(
-        id=row["run_id"], state=Run.State.RUNNING, **{c: row[c] for c in sql.CLAIM_RUN_COLUMNS}
-    )
-    step = StepRun(
-        **{c: row[c] for c in sql.CLAIM_STEP_COLUMNS if c != "run_id"},
-        lease_owner=owner,
-        lease_expires_at=expires,
-    )
-    step.run = run
-    lease = leases.Lease(step_id=step.pk, token=step.claims, owner=owner, seconds=seconds)
-    return Attempt(run=run, step=step, lease=lease)
-
-
-def _decode_json(value: Any) -> Any:
-    # jsonb comes as text through a raw cursor of Django's connection (JSONField decodes it).
-    return json.loads(value) if isinstance(value, str | bytes) else value
 
 
 # --- Run ------------------------------------------------------------------------------------
@@ -314,8 +271,56 @@ def record(results: Iterable[Result], *, claim_next: bool = False) -> Recorded:
 
 
 def can_claim_next(result: Result) -> bool:
-    """The one-statement path applies: the step succeeded (a routine move: no event)."""
-    return not result.repeats and isinstance(result.outcome, registry.Done)
+    """The one-statement path applies: the step succeeded (a routine move: no event) and
+    others of its run remain. The last step's success ends the run: it is recorded in the
+    scheduling transaction that finishes the run, not in a statement of its own first."""
+    return (
+        not result.repeats and isinstance(result.outcome, registry.Done) and not result.attempt.last
+    )
+
+
+def starts_waiting_alone(result: Result) -> bool:
+    """A first poll that its run's answer does not show: the step's type declares no
+    waiting message and waits for no person (see sql.RECORD_FIRST_POLL)."""
+    step = result.attempt.step
+    return (
+        step.state == StepRun.State.READY
+        and isinstance(result.outcome, registry.Poll)
+        and not registry.waiting_message(step.type)
+        and not registry.waits_for_person(step.type)
+    )
+
+
+def record_first_poll(result: Result) -> bool:
+    """Record a first poll that `starts_waiting_alone` by its lease, its own row alone, when
+    the run already names the step in its message; whether it was written. When it was
+    not (the lease was lost, the run moved on or says something else), the caller records
+    it in the run's scheduling transaction, which decides."""
+    attempt = result.attempt
+    step, lease = attempt.step, attempt.lease
+    decision = decide(result)
+    fields = decision.fields
+    output = fields.get("output")
+    params = {
+        # As a repeated poll: were an inline step's commit lost, it would poll again.
+        "commit": "off" if _inline(step.type) else "on",
+        "id": step.pk,
+        "token": lease.token,
+        "owner": lease.owner,
+        "due_at": fields["due_at"],
+        "memo": json.dumps(fields["memo"]),
+        "message": fields["message"],
+        "output": json.dumps(output) if output is not None else None,
+        "started_at": fields["started_at"],
+        "run_message": messages.run_running_step(attempt.run.template_name, step.name),
+    }
+    if not sql.rows(sql.RECORD_FIRST_POLL, params, ["id"]):
+        return False
+    for name, value in {**fields, "state": decision.state}.items():
+        setattr(step, name, value)
+    step.lease_owner, step.lease_expires_at = "", None
+    _countdown(step.pk, decision.state, decision, result)
+    return True
 
 
 def _succeed_and_claim_next(result: Result) -> Recorded:
@@ -340,7 +345,7 @@ def _succeed_and_claim_next(result: Result) -> Recorded:
         "expires": now + datetime.timedelta(seconds=seconds),
         "inline": registry.inline_names(),
     }
-    names = ["recorded", *sql.CLAIM_STEP_COLUMNS, *sql.CLAIM_RUN_COLUMNS]
+    names = ["recorded", *sql.CLAIM_COLUMNS]
     rows = sql.rows(sql.SUCCEED_AND_CLAIM_NEXT, params, names)
     if not rows:
         return Recorded([None], next=None)  # the run is not running: scheduling decides
@@ -356,7 +361,7 @@ def _succeed_and_claim_next(result: Result) -> Recorded:
     )
     _observe(result, failed=False)
     claimed = [
-        _attempt(row, owner=lease.owner, seconds=seconds, expires=params["expires"])
+        claims.attempt_of(row, owner=lease.owner, seconds=seconds, expires=params["expires"])
         for row in rows
         if row["id"] is not None
     ]

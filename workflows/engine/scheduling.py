@@ -79,6 +79,13 @@ def _record_and_claim(run_id: int, pending: list[attempts.Result]) -> list[attem
         recorded = attempts.record(pending, claim_next=True)
         if recorded.next is not None:
             return recorded.next or _schedule(run_id, [])
+    # A first poll the run's answer does not show: its own row, one statement.
+    if (
+        len(pending) == 1
+        and attempts.starts_waiting_alone(pending[0])
+        and attempts.record_first_poll(pending[0])
+    ):
+        return []
     return _schedule(run_id, pending)
 
 
@@ -289,6 +296,7 @@ def _lock_budget(template_name: str) -> None:
 
 def _run_start(run: Run, now: datetime.datetime) -> list[StepRun]:
     """Create the run's steps from its spec and move it to RUNNING; its steps, in order."""
+    spec = typed.of(run.spec)
     StepRun.objects.bulk_create(
         [
             StepRun(
@@ -302,16 +310,23 @@ def _run_start(run: Run, now: datetime.datetime) -> list[StepRun]:
                 retries=s.retries,
                 waits_for_person=registry.waits_for_person(s.type),
             )
-            for i, s in enumerate(typed.of(run.spec).steps)
+            for i, s in enumerate(spec.steps)
         ],
         ignore_conflicts=True,
     )
+    # What the run says once its first steps are due (see _settle), and when it must be
+    # woken (its deadline): written with the move, so that scheduling need not write the
+    # run's row again, nor a first poll (attempts.record_first_poll) take the run's lock.
+    first = next((s for s in spec.steps if not s.depends_on), None)
     transitions.run_move(
         run,
         Run.State.RUNNING,
         allowed_from=[Run.State.PENDING],
-        message=messages.run_running(run.template_name),
+        message=messages.run_running_step(run.template_name, first.name)
+        if first is not None
+        else messages.run_running(run.template_name),
         started_at=now,
+        wake_at=_wake_at(run),
     )
     logger.info("run started", extra={"action": "run_started", **observe.log_fields(run)})
     dispatch.cluster_event(run.pk, "started")
@@ -351,7 +366,11 @@ def _settle(run: Run, steps: list[StepRun], now: datetime.datetime, *, message: 
         dispatch.cluster_event(run.pk, "succeeded")
         _wake_waiters(run)
         return
+    wake_at = _wake_at(run)
     if not message:
+        if wake_at != run.wake_at:
+            Run.objects.filter(pk=run.pk).update(wake_at=wake_at)
+            run.wake_at = wake_at
         return
     current = next((s for s in steps if s.state in StepRun.DUE), None)
     waiting = registry.waiting_message(current.type) if current is not None else ""
@@ -361,13 +380,16 @@ def _settle(run: Run, steps: list[StepRun], now: datetime.datetime, *, message: 
         text = messages.run_waiting_at_step(name, waiting, current.name)
     else:
         text = messages.run_running_step(name, current.name)
-    # Due steps are the reconciler's to find by their own due_at (a lost countdown), so
-    # a running run needs waking only for its deadline: polls never touch the run's row,
-    # and the reconciler never sends a run and its step the same message.
-    wake_at = run.deadline_at if run.deadline_at and not run.deadline_exceeded else None
     if text != run.message or wake_at != run.wake_at:
         Run.objects.filter(pk=run.pk).update(message=text, wake_at=wake_at)
         run.message, run.wake_at = text, wake_at
+
+
+def _wake_at(run: Run) -> datetime.datetime | None:
+    """When a running run must be woken: for its deadline only. Due steps are the
+    reconciler's to find by their own due_at (a lost countdown), so polls never touch the
+    run's row, and the reconciler never sends a run and its step the same message."""
+    return run.deadline_at if run.deadline_at and not run.deadline_exceeded else None
 
 
 def _deadline_act(run: Run, steps: list[StepRun]) -> None:
