@@ -176,6 +176,17 @@ def test_a_one_wait_run_is_scheduled_when_it_starts_and_when_it_ends(
     assert Run.objects.get(pk=run.pk).state == "succeeded"
 
 
+def test_a_pending_runs_steps_are_not_read_before_it_makes_them(
+    sent: list[tuple[str, Any]],
+) -> None:
+    run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3600}}])
+    with CaptureQueriesContext(connection) as queries:
+        [claimed] = scheduling._schedule(run.pk, [])
+    reads = [q["sql"] for q in queries if "ORDER BY s.position" in q["sql"]]  # sql.RUN_STEPS
+    assert reads == []
+    assert claimed.step.name == "w"
+
+
 def test_a_first_poll_after_a_chain_is_recorded_under_the_runs_lock_and_named(
     sent: list[tuple[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -314,7 +314,7 @@ def record_first_poll(result: Result) -> bool:
         "started_at": fields["started_at"],
         "run_message": messages.run_running_step(attempt.run.template_name, step.name),
     }
-    if not sql.rows(sql.RECORD_FIRST_POLL, params, ["id"]):
+    if not sql.fetch(sql.RECORD_FIRST_POLL, params):
         return False
     for name, value in {**fields, "state": decision.state}.items():
         setattr(step, name, value)

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from django.db import connection, models, transaction
+from django.db import models, transaction
 
 from workflows.definitions import typed
 from workflows.engine import (
@@ -146,16 +146,16 @@ def _schedule(run_id: int, results: Sequence[attempts.Result]) -> list[attempts.
 
 def _lock(run_id: int, *, asynchronous: bool) -> tuple[Run | None, list[StepRun]]:
     """The run's row, locked, then its steps in their order: two statements, so that the
-    steps are read after the lock is held (sql.LOCK_RUN says why)."""
+    steps are read after the lock is held (sql.LOCK_RUN says why). A pending run has no
+    steps yet (they are made as it starts, under this lock): they are not read."""
     params = {"run": run_id, "commit": "off" if asynchronous else "on"}
-    with connection.cursor() as cursor:
-        cursor.execute(sql.LOCK_RUN, params)
-        row = cursor.fetchone()
-        if row is None:
-            return None, []
-        cursor.execute(sql.RUN_STEPS, params)
-        rows = cursor.fetchall()
-    run = _from_row(Run, sql.SCHEDULE_RUN_COLUMNS, row)
+    locked = sql.fetch(sql.LOCK_RUN, params)
+    if not locked:
+        return None, []
+    run = _from_row(Run, sql.SCHEDULE_RUN_COLUMNS, locked[0])
+    if run.state == Run.State.PENDING:
+        return run, []
+    rows = sql.fetch(sql.RUN_STEPS, {"run": run_id})
     return run, [_from_row(StepRun, sql.SCHEDULE_STEP_COLUMNS, r) for r in rows]
 
 
