@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 import statistics
 import time
 from collections.abc import Mapping
@@ -86,6 +87,14 @@ class ModeReport:
     duplicate_moments: int
     early_releases: int
     samples: fleet_sample.Samples
+    #: Calls hooksvc held for their run to change (Server-Timing linger): share, mean ms.
+    held_share: float = 0.0
+    held_mean_ms: float = 0.0
+
+    def cpu_per_run_ms(self, tree: str) -> float:
+        """CPU milliseconds of one process tree per run the fleet made."""
+        runs = sum(self.runs.values())
+        return self.samples.mean_cores(tree) * self.seconds * 1000 / runs if runs else 0.0
 
     @property
     def all_succeeded(self) -> bool:
@@ -105,8 +114,10 @@ class Pass:
     """One fleet against one stack: the clusters as the client left them, and what was seen."""
 
     clusters: list[capi_client.Cluster]
-    #: (sent, seconds) of every hook call.
+    #: (sent, seconds) of every hook call, the time hooksvc held it left out.
     calls: list[tuple[float, float]]
+    #: How long hooksvc held each call it held (ms).
+    held: list[float]
     samples: fleet_sample.Samples
     seconds: float
 
@@ -125,6 +136,7 @@ def run_pass(
     db.flush_redis()
     create_templates(work, retry_after)
     calls: list[tuple[float, float]] = []
+    held: list[float] = []
 
     def observe(
         cluster: capi_client.Cluster,
@@ -133,7 +145,10 @@ def run_pass(
         took: float,
         reply: capi_client.Reply,
     ) -> None:
-        calls.append((sent, took))
+        # A held call's latency is its own work: the hold is the answer waiting for its run.
+        calls.append((sent, max(0.0, took - reply.held_ms / 1000)))
+        if reply.held_ms:
+            held.append(reply.held_ms)
 
     extra = {"HOOKSVC_RETRY_AFTER": mode}
     with (
@@ -151,6 +166,7 @@ def run_pass(
             "worker": worker.tree,
             "beat": lambda: [psutil.Process(beat.pid)],
             "client": lambda: [psutil.Process()],
+            "postgres": fleet_sample.backends,
         }
         longest = sum(work.get(s.hook, 0) for s in clusters[0].steps)
         with fleet_sample.sampling(trees) as samples:
@@ -158,7 +174,7 @@ def run_pass(
             capi_client.drive(controller, clusters, starts=starts, timeout=timeout)
             fleet_sample.wait_settled(timeout=120)
         seconds = time.time() - began
-    return Pass(clusters, calls, samples, seconds)
+    return Pass(clusters, calls, held, samples, seconds)
 
 
 def drive_fleet(mode: str, sizes: env.Sizes) -> ModeReport:
@@ -172,7 +188,7 @@ def drive_fleet(mode: str, sizes: env.Sizes) -> ModeReport:
         retry_after=sizes.fleet_retry_after,
         arrivals=sizes.fleet_arrivals,
     )
-    return summarize(
+    report = summarize(
         mode,
         sizes=sizes,
         clusters=done.clusters,
@@ -180,6 +196,9 @@ def drive_fleet(mode: str, sizes: env.Sizes) -> ModeReport:
         samples=done.samples,
         seconds=done.seconds,
     )
+    report.held_share = len(done.held) / len(done.calls) if done.calls else 0.0
+    report.held_mean_ms = statistics.fmean(done.held) if done.held else 0.0
+    return report
 
 
 #: Clusters that take the processes' first calls and tasks (imports, connections) before
@@ -338,23 +357,34 @@ class Report:
     capacity: Any
 
 
+#: Which parts of the benchmark run (BENCH_FLEET_PARTS, comma-separated): the lifecycle
+#: in both modes, hold/work by workflow length, the capacity levels.
+PARTS = ("lifecycle", "durations", "capacity")
+
+
 def bench(sizes: env.Sizes) -> Report:
     from bench import fleet_capacity, fleet_durations
 
+    parts = os.environ.get("BENCH_FLEET_PARTS", ",".join(PARTS)).split(",")
     reports = []
-    for mode in MODES:
+    for mode in MODES if "lifecycle" in parts else ():
         print(f"  fleet, {mode} retryAfterSeconds: {sizes.fleet_clusters} clusters", flush=True)
         report = drive_fleet(mode, sizes)
         print(
             f"    hold/work p50 {report.ratio_p50:.2f} p95 {report.ratio_p95:.2f}, "
             f"{report.calls_per_step:.1f} calls/step, wall p50 {report.wall_p50:.0f} s "
             f"(ideal {report.ideal:.0f} s), hook p99 {report.latency_p99_ms:.0f} ms at "
-            f"{report.call_rate:.0f} calls/s, runs {report.runs}",
+            f"{report.call_rate:.0f} calls/s, held {report.held_share:.0%}, runs {report.runs}, "
+            f"CPU ms per run web {report.cpu_per_run_ms('web'):.1f} worker "
+            f"{report.cpu_per_run_ms('worker'):.1f} postgres "
+            f"{report.cpu_per_run_ms('postgres'):.1f}",
             flush=True,
         )
         reports.append(report)
-    print("  hold/work by workflow length", flush=True)
-    durations = fleet_durations.bench(sizes)
-    capacity = fleet_capacity.bench(sizes)
+    durations = []
+    if "durations" in parts:
+        print("  hold/work by workflow length", flush=True)
+        durations = fleet_durations.bench(sizes)
+    capacity = fleet_capacity.bench(sizes) if "capacity" in parts else None
     db.reset()
     return Report(modes=reports, durations=durations, capacity=capacity)

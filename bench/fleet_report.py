@@ -119,7 +119,7 @@ def section(report: Any, sizes: env.Sizes) -> list[str]:
             ),
             ("hook calls per blocking step", lambda m: _f(m.calls_per_step, 2)),
             (
-                "hook p50 / p99 (client), mean call rate",
+                "hook p50 / p99 (client, held time left out), mean call rate",
                 lambda m: (
                     f"{m.latency_p50_ms:.1f} / {m.latency_p99_ms:.1f} ms at "
                     f"{m.call_rate:.0f} calls/s"
@@ -138,9 +138,20 @@ def section(report: Any, sizes: env.Sizes) -> list[str]:
                 ),
             ),
             (
-                "CPU (mean cores): web / worker / beat / client",
+                "calls held until their run changed (linger): share, mean hold",
+                lambda m: f"{m.held_share * 100:.0f}%, {m.held_mean_ms:.0f} ms",
+            ),
+            (
+                "CPU (mean cores): web / worker / beat / PostgreSQL / client",
                 lambda m: " / ".join(
-                    f"{m.samples.mean_cores(t):.2f}" for t in ("web", "worker", "beat", "client")
+                    f"{m.samples.mean_cores(t):.2f}"
+                    for t in ("web", "worker", "beat", "postgres", "client")
+                ),
+            ),
+            (
+                "CPU per run (ms): web / worker / PostgreSQL",
+                lambda m: " / ".join(
+                    f"{m.cpu_per_run_ms(t):.1f}" for t in ("web", "worker", "postgres")
                 ),
             ),
             (

@@ -101,6 +101,21 @@ def connections() -> dict[str, int]:
         return {state: int(n) for state, n in cursor.fetchall()}
 
 
+def backends() -> list[psutil.Process]:
+    """The PostgreSQL backends serving the benchmark database (this sampler's included: it
+    is small beside them): their CPU is the database's work for the fleet."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        pids = [int(pid) for (pid,) in cursor.fetchall()]
+    out = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            out.append(psutil.Process(pid))
+    return out
+
+
 @contextlib.contextmanager
 def sampling(
     trees: Mapping[str, Callable[[], list[psutil.Process]]], period: float = 2.0

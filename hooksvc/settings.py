@@ -50,6 +50,11 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_RECONCILE_GRACE_SECONDS": "how late work must be to be re-enqueued, default 30",
     "HOOKSVC_RETRY_AFTER": "`computed` (default): a holding hook answers the time until its"
     " run can next change, at most the template's retryAfterSeconds; `fixed`: the template's",
+    "HOOKSVC_HOOK_LINGER_SECONDS": "`computed` answers: a hook call that finds its run about"
+    " to change within this long holds until it has (no other call while the engine is"
+    " behind), default 1; 0 answers at once",
+    "HOOKSVC_HOOK_LINGER_CALLS": "how many hook calls one web process holds at once (the"
+    " rest are answered at once), default 4",
     "HOOKSVC_POLL_BATCH_SECONDS": "how often beat runs the batch poller of waiting steps,"
     " default 1",
     "HOOKSVC_POLL_BATCH_SIZE": "how many due waiting steps one batch claims, default 100",
@@ -270,6 +275,15 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "inte
 RETRY_AFTER = os.environ.get("HOOKSVC_RETRY_AFTER", "computed")
 if RETRY_AFTER not in ("computed", "fixed"):
     raise RuntimeError(f"HOOKSVC_RETRY_AFTER must be computed or fixed, got {RETRY_AFTER!r}")
+#: A hook call whose runs are about to change within this many seconds waits for it
+#: (hooksvc.serving.views, workflows.hookpath.retry.linger_until); 0: never. Far below CAPI's
+#: call timeout (10 s unless the handler says otherwise: cluster-api
+#: api/runtime/hooks/v1alpha1/discovery_types.go DefaultHandlersTimeoutSeconds).
+HOOK_LINGER_SECONDS = _number("HOOKSVC_HOOK_LINGER_SECONDS", 1, zero=True)
+if HOOK_LINGER_SECONDS > 5:
+    raise RuntimeError(f"HOOKSVC_HOOK_LINGER_SECONDS must be at most 5, got {HOOK_LINGER_SECONDS}")
+#: At most this many calls linger at once per web process (it has HOOKSVC_WEB_THREADS).
+HOOK_LINGER_CALLS = int(_number("HOOKSVC_HOOK_LINGER_CALLS", 4, zero=True))
 #: How often beat sends the batch poller: a batched poll happens up to this long after it is due.
 POLL_BATCH_SECONDS = _number("HOOKSVC_POLL_BATCH_SECONDS", 1)
 CELERY_BEAT_SCHEDULE = {

@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, DataError
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from hooksvc import metrics
 from hooksvc.contract import catalog, handlers, wire
+from workflows.engine import clock
 from workflows.hookpath import answers, hookcalls
 
 logger = logging.getLogger(__name__)
@@ -33,6 +36,14 @@ STORE_DOWN_RETRY_SECONDS = 10
 MSG_STORE_DOWN = "hooksvc state store is unavailable; holding until it answers"
 MSG_INTERNAL = "hooksvc could not process the request; see the hooksvc logs"
 MSG_UNSTORABLE = "request has values the state store cannot hold"
+
+#: Re-reads of one lingering call, at most: the first just after the change's moment, then
+#: every LINGER_GAP_SECONDS (a batch poll comes at a beat, up to a second after it).
+LINGER_REREADS = 10
+LINGER_GAP_SECONDS = 0.1
+#: The calls one process holds at once: a lingering call keeps one of its threads, so the
+#: rest stay free for other calls; when all are taken, a call is answered at once.
+_lingering = threading.BoundedSemaphore(max(1, settings.HOOK_LINGER_CALLS))
 
 
 def _json(
@@ -131,7 +142,7 @@ def _answer(
         headers = {"Connection": "close"} if _oversized(request) else None
         return catalog.response(hook, catalog.Status.FAILURE, str(exc)), headers
     try:
-        answer = answers.answer(call, handler_name=handler.name)
+        answer, held_ms, rereads = _answer_lingering(call, handler.name)
     except DataError:
         # The values, not the store, are at fault (wire.py should have refused them):
         # holding with "store unavailable" would wait forever for an outage that is not.
@@ -181,9 +192,48 @@ def _answer(
             "retry_after": answer.retry_after,
             "runs": list(answer.runs),
             "duration_ms": latency_ms,
+            "held_ms": held_ms,
+            "rereads": rereads,
         },
     )
-    return catalog.response(hook, answer.status, answer.message, answer.retry_after), None
+    # Server-Timing (W3C): how long a lingering call was held, so that a client can tell
+    # it from a slow answer; CAPI ignores it.
+    headers = {"Server-Timing": f"linger;dur={held_ms}"} if rereads else None
+    return catalog.response(hook, answer.status, answer.message, answer.retry_after), headers
+
+
+def _answer_lingering(call: wire.HookCall, handler_name: str) -> tuple[answers.Answer, float, int]:
+    """The answer, after holding the call until its runs change if they are about to
+    (workflows.hookpath.retry.linger_until): each re-read is the poll's one query. Returns
+    the answer, how long the call was held (ms) and how many re-reads it took.
+
+    retryAfterSeconds is whole seconds, so without this CAPI sees a run's end up to a second
+    late. The hold stays at most HOOKSVC_HOOK_LINGER_SECONDS (far below CAPI's call timeout,
+    10 s by default: cluster-api api/runtime/hooks/v1alpha1/discovery_types.go
+    DefaultHandlersTimeoutSeconds, used by internal/runtime/client/client.go), and at most
+    HOOKSVC_HOOK_LINGER_CALLS calls of a process hold at once (the others are answered now).
+    """
+    answer = answers.answer(call, handler_name=handler_name)
+    if answer.linger_until is None or not _lingering.acquire(blocking=False):
+        return answer, 0.0, 0
+    began = time.monotonic()
+    deadline = began + settings.HOOK_LINGER_SECONDS
+    rereads = 0
+    try:
+        while answer.linger_until is not None and rereads < LINGER_REREADS:
+            pause = (answer.linger_until - clock.now()).total_seconds()
+            if pause <= 0 or rereads:
+                # Due already (a batch poll comes up to a beat period after it): spaced out.
+                pause = max(pause, LINGER_GAP_SECONDS)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(pause, left))
+            answer = answers.answer(call, handler_name=handler_name)
+            rereads += 1
+    finally:
+        _lingering.release()
+    return answer, round((time.monotonic() - began) * 1000, 2), rereads
 
 
 def _cluster_fields(call: wire.HookCall) -> dict[str, str]:

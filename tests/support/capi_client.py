@@ -192,6 +192,9 @@ class Reply:
     status: str
     retry_after: int
     message: str = ""
+    #: How long hooksvc held the call for its run to change (its Server-Timing `linger`), ms;
+    #: CAPI ignores it, the benchmark tells lingering from slowness by it.
+    held_ms: float = 0.0
 
     @property
     def is_error(self) -> bool:
@@ -259,7 +262,17 @@ class HTTPSTransport:
             answer.get("status", ""),
             int(answer.get("retryAfterSeconds", 0)),
             answer.get("message", ""),
+            _held_ms(response.getheader("Server-Timing", "")),
         )
+
+
+def _held_ms(timing: str) -> float:
+    """The `linger;dur=<ms>` metric of a Server-Timing header, 0 without it."""
+    for metric in timing.split(","):
+        name, _, params = metric.strip().partition(";")
+        if name == "linger" and params.startswith("dur="):
+            return float(params[4:])
+    return 0.0
 
 
 def _closed_by_server(conn: http.client.HTTPSConnection) -> bool:

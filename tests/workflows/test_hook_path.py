@@ -14,7 +14,7 @@ from hooksvc.contract import catalog
 from tests.support import capi
 from tests.support import workflows as wf
 from tests.workflows.runs import make_run
-from workflows.hookpath import answers
+from workflows.hookpath import answers, retry
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run
 
@@ -141,6 +141,19 @@ NOW = timezone.now()
 PAST = NOW - datetime.timedelta(seconds=1)
 
 
+#: A running run's step, polled again in a minute: the answer is the template's 10 s cap.
+#: (A running run with no step due is being settled by the engine: it answers 1 s.)
+BUSY = (
+    retry.StepTimes(
+        state="waiting",
+        person=False,
+        due_at=NOW + datetime.timedelta(seconds=60),
+        started_at=NOW,
+        timeout_seconds=None,
+    ),
+)
+
+
 def _run(
     state: str = "running", message: str = "workflow w is running step s", **spec_fields: Any
 ) -> Run:
@@ -169,7 +182,7 @@ def _run(
     ids=["running", "pending", "succeeded", "failed-block", "failed-fail", "cancelled"],
 )
 def test_render_answers_from_the_runs_state(run: Run, expected: answers.Answer) -> None:
-    assert answers.render(run, NOW) == expected
+    assert answers.render(run, NOW, BUSY) == expected
 
 
 @pytest.mark.parametrize(
@@ -191,7 +204,7 @@ def test_render_answers_from_the_runs_state(run: Run, expected: answers.Answer) 
 def test_render_acts_on_a_passed_deadline(on_deadline: str, expected: answers.Answer) -> None:
     run = _run(onDeadline=on_deadline)
     run.deadline_at = PAST
-    assert answers.render(run, NOW) == expected
+    assert answers.render(run, NOW, BUSY) == expected
 
 
 def test_a_released_run_lets_the_lifecycle_proceed() -> None:

@@ -14,6 +14,7 @@ import datetime
 import pytest
 from django.test import override_settings
 
+from hooksvc.contract import catalog
 from tests.support import workflows as wf
 from workflows.definitions import typed
 from workflows.engine import scheduling
@@ -53,6 +54,8 @@ def answer(
     wake_in: float | None = None,
     deadline_in: float | None = None,
     deadline_exceeded: bool = False,
+    late: float = 0.0,
+    linger: float = 0.0,
 ) -> int:
     change = retry.next_change(
         state=state,
@@ -62,7 +65,9 @@ def answer(
         steps=steps,
         now=NOW,
     )
-    return retry.seconds(change, person=retry.awaiting_person(steps), spec=spec, now=NOW)
+    return retry.seconds(
+        change, person=retry.awaiting_person(steps), spec=spec, now=NOW, late=late, linger=linger
+    )
 
 
 def test_a_wait_step_answers_the_seconds_until_it_ends_not_the_templates_value() -> None:
@@ -128,10 +133,25 @@ def test_a_pending_run_answers_its_next_start_check() -> None:
     assert answer(state="pending", wake_in=4.5) == 5, "waiting for a slot, looked at again"
 
 
-@pytest.mark.parametrize("state", ["running", "pending"])
-def test_nothing_known_answers_the_templates_value(state: str) -> None:
-    """Steps not yet written (a run just created by another call) say nothing yet."""
-    assert answer(state=state) == 30
+def test_nothing_known_answers_the_templates_value() -> None:
+    """A pending run with no start check due says nothing yet."""
+    assert answer(state="pending") == 30
+
+
+def test_a_running_run_with_no_step_due_is_being_settled_and_answers_one_second() -> None:
+    """Its last step's outcome is recorded and the engine is settling the run (its next
+    steps or its end) in the next transaction: not the template's 30 s."""
+    assert answer(state="running") == 1
+    assert linger(
+        retry.next_change(
+            state="running",
+            wake_at=None,
+            deadline_at=None,
+            deadline_exceeded=False,
+            steps=(),
+            now=NOW,
+        )
+    ) == pytest.approx(retry.SETTLE_SECONDS)
 
 
 @pytest.mark.django_db
@@ -149,7 +169,10 @@ def test_several_runs_answer_the_soonest_change_as_capi_combines_extensions(
         scheduling.advance(run.pk)
 
     both = answers.answer(wf.call(), handler_name="test")
-    assert both.retry_after == 3, "the wait's end (2 s) and a margin, not the approval's 30"
+    assert both.retry_after == 2, (
+        "the wait's end (2 s) and a margin, rounded down for a lingering call; not the "
+        "approval's 30"
+    )
     assert both.message == (
         "workflow approve is waiting for approval at step ok; "
         "workflow backup is running step settle"
@@ -172,3 +195,97 @@ def test_a_template_can_answer_faster_while_a_run_waits_for_approval(
     answers.answer(wf.call(), handler_name="test")
     scheduling.advance(Run.objects.get().pk)
     assert answers.answer(wf.call(), handler_name="test").retry_after == 5
+
+
+# --- The engine behind as a whole -------------------------------------------------------------
+
+
+def test_a_step_not_reached_yet_answers_as_late_as_the_engine_is_when_it_is_behind() -> None:
+    """A backlog: the oldest due work is 20 s late. A step due now (or a run due to start)
+    comes after it, so CAPI is asked to come back in about 20 s, not every second."""
+    with override_settings(POLL_BATCH_SECONDS=1):
+        assert answer(step(state="ready", type_="noop", due_in=0.0), late=20.0) == 20
+        assert answer(state="pending", wake_in=0.0, late=20.0) == 20, "a new run, not started"
+        assert answer(step(due_in=3.0), late=20.0) == 23, "its own wait, then the backlog"
+        assert answer(step(due_in=-3.5), late=20.0) == 20, "overdue behind older work"
+        assert answer(step(due_in=3.0), late=300.0) == 30, "never above the template's"
+
+
+def test_the_engines_usual_lag_is_not_a_backlog() -> None:
+    """A batch poll comes up to a beat period after its step is due: not behind."""
+    with override_settings(POLL_BATCH_SECONDS=1):
+        assert not retry.engine_behind(1.0)
+        assert retry.engine_behind(1.5)
+        assert answer(step(due_in=2.9), late=1.0) == 4, "as if it kept up"
+
+
+# --- Linger -------------------------------------------------------------------------------
+
+
+def test_with_linger_the_answer_is_rounded_down_to_land_at_the_change_not_after_it() -> None:
+    """retryAfterSeconds is an int32 of seconds (cluster-api api/runtime/hooks/v1alpha1/
+    common_types.go, CommonRetryResponse): rounded up, CAPI comes back up to a second after
+    the change; rounded down, at most the margin before it, and that call lingers."""
+    assert answer(step(due_in=2.9)) == 4
+    assert answer(step(due_in=2.9), linger=1.0) == 3, "2.9 s + 0.25 s margin, rounded down"
+    assert answer(step(due_in=2.6), linger=1.0) == 2, "CAPI comes 0.6 s early and lingers"
+    assert answer(step(due_in=0.5), linger=1.0) == 1, "never below 1"
+    with override_settings(POLL_BATCH_MIN_WAIT_SECONDS=5, POLL_BATCH_SECONDS=1):
+        batched = step(type_="backup_pvs", due_in=8.0)
+        assert answer(batched, linger=1.0) == 8, (
+            "8 s + half the window, down: CAPI comes as it is due and lingers through the beat"
+        )
+        assert answer(step(due_in=2.9), linger=1.0, late=20.0) == 23, "behind: no rounding"
+
+
+def linger(change: retry.Change | None, late: float = 0.0, window: float = 1.0) -> float | None:
+    at = retry.linger_until(change, now=NOW, late=late, window=window)
+    return None if at is None else (at - NOW).total_seconds()
+
+
+def test_a_call_lingers_until_just_after_a_change_due_within_the_window() -> None:
+    countdown = retry.Change(at(0.6), retry.ENGINE_MARGIN_SECONDS)
+    assert linger(countdown) == pytest.approx(0.6 + retry.SETTLE_SECONDS)
+    assert linger(retry.Change(at(1.5), retry.ENGINE_MARGIN_SECONDS)) is None, "too far"
+    assert linger(countdown, window=0.0) is None, "HOOKSVC_HOOK_LINGER_SECONDS=0"
+
+
+def test_a_batch_poll_due_already_lingers_for_its_beat_not_after_its_margin() -> None:
+    """A batched poll comes up to a beat period after it is due: a call that finds it due
+    re-reads at once, within its margin; past its margin the engine is late: no linger."""
+    batched = retry.Change(at(-0.4), 1.25)
+    assert linger(batched) == 0.0
+    assert linger(retry.Change(at(-2.0), 1.25)) is None
+
+
+def test_no_linger_while_the_engine_is_behind_or_only_a_person_can_change_the_run() -> None:
+    with override_settings(POLL_BATCH_SECONDS=1):
+        assert linger(retry.Change(at(0.5), 0.25), late=20.0) is None
+    assert linger(None) is None, "an approval: nothing the engine will do"
+
+
+def test_several_runs_linger_only_if_every_one_is_about_to_change() -> None:
+    soon, later = at(0.3), at(0.8)
+    one = answers.Answer(catalog.Status.SUCCESS, "a", 1, linger_until=soon)
+    two = answers.Answer(catalog.Status.SUCCESS, "b", 1, linger_until=later)
+    busy = answers.Answer(catalog.Status.SUCCESS, "c", 20)
+    assert answers.combine([one, two]).linger_until == later, "until the last of them"
+    assert answers.combine([one, busy]).linger_until is None, "one would still hold"
+    assert answers.combine([one, answers.PROCEED]).linger_until == soon, "a finished run"
+
+
+def test_a_batched_step_keeps_its_beat_margin_once_it_is_due() -> None:
+    """A 10 s wait is polled by a batch at the first beat after it is due: a call that finds
+    it just due lingers through that beat, not only a countdown's margin."""
+    with override_settings(POLL_BATCH_MIN_WAIT_SECONDS=5, POLL_BATCH_SECONDS=1):
+        due = step(due_in=-0.5, started=-10.5)
+        change = retry.next_change(
+            state="running",
+            wake_at=None,
+            deadline_at=None,
+            deadline_exceeded=False,
+            steps=[due],
+            now=NOW,
+        )
+        assert change is not None and change.margin == 1.25
+        assert linger(change) == 0.0, "due: re-read now and on, within the beat"

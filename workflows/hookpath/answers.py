@@ -31,6 +31,9 @@ class Answer:
     retry_after: int = 0
     #: The runs the answer comes from, for the log line that links a hook call to its runs.
     runs: tuple[int, ...] = dataclasses.field(default=(), compare=False)
+    #: When the hook view should read again instead of answering: every run that holds is
+    #: about to change (workflows.hookpath.retry.linger_until). None: answer now.
+    linger_until: datetime.datetime | None = dataclasses.field(default=None, compare=False)
 
 
 PROCEED = Answer(catalog.Status.SUCCESS)
@@ -38,7 +41,7 @@ PROCEED = Answer(catalog.Status.SUCCESS)
 
 def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
     """Ensure the runs `call` starts and answer from their state."""
-    templates, found, due, bypasses, _late = hook_runs.templates_and_runs(call)
+    templates, found, due, bypasses, late = hook_runs.templates_and_runs(call)
     if not templates:
         return PROCEED
     covered = bypass.covering(bypasses, call)
@@ -61,13 +64,20 @@ def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
     if not call.hook.blocking:
         return dataclasses.replace(PROCEED, runs=run_ids)
     now = clock.now()
-    rendered = [render(run, now, due.get(run.template_name, ())) for run in runs]
+    rendered = [render(run, now, due.get(run.template_name, ()), late=late) for run in runs]
     return dataclasses.replace(combine(rendered), runs=run_ids)
 
 
-def render(run: Run, now: datetime.datetime, steps: Sequence[retry.StepTimes] = ()) -> Answer:
-    """The answer one run gives: a pure function of its recorded state, its due `steps` and
-    the clock. Only the number moves with the steps (workflows.hookpath.retry)."""
+def render(
+    run: Run,
+    now: datetime.datetime,
+    steps: Sequence[retry.StepTimes] = (),
+    *,
+    late: float = 0.0,
+) -> Answer:
+    """The answer one run gives: a pure function of its recorded state, its due `steps`,
+    how `late` the engine is and the clock. Only the number (and whether to linger) moves
+    with the steps and the engine (workflows.hookpath.retry)."""
     spec = typed.of(run.spec)
     name = run.template_name
     if run.released or run.state == Run.State.SUCCEEDED:
@@ -87,16 +97,17 @@ def render(run: Run, now: datetime.datetime, steps: Sequence[retry.StepTimes] = 
             return Answer(catalog.Status.FAILURE, run.message)
         # Only a person changes it now (retry, release): the template's value.
         return Answer(catalog.Status.SUCCESS, run.message, spec.retry_after_seconds)
-    wait = retry.run_seconds(run, steps, now)
+    wait = retry.run_wait(run, steps, now, late=late)
     if past_deadline:
-        return Answer(
-            catalog.Status.SUCCESS, messages.run_holding_past_deadline(name, run.message), wait
-        )
-    return Answer(catalog.Status.SUCCESS, run.message or messages.run_running(name), wait)
+        message = messages.run_holding_past_deadline(name, run.message)
+    else:
+        message = run.message or messages.run_running(name)
+    return Answer(catalog.Status.SUCCESS, message, wait.seconds, linger_until=wait.linger_until)
 
 
 def combine(answers: Iterable[Answer]) -> Answer:
-    """Combine answers the way CAPI combines extensions: any Failure fails; lowest wait wins."""
+    """Combine answers the way CAPI combines extensions: any Failure fails; lowest wait wins.
+    Linger only if every run that holds is about to change, until the last of them."""
     answers = list(answers)
     failures = [a for a in answers if a.status == catalog.Status.FAILURE]
     if failures:
@@ -104,8 +115,10 @@ def combine(answers: Iterable[Answer]) -> Answer:
     waiting = [a for a in answers if a.retry_after > 0]
     if not waiting:
         return PROCEED
+    lingers = [a.linger_until for a in waiting]
     return Answer(
         catalog.Status.SUCCESS,
         "; ".join(a.message for a in waiting),
         min(a.retry_after for a in waiting),
+        linger_until=None if None in lingers else max(at for at in lingers if at is not None),
     )

@@ -11,11 +11,25 @@ a `wait` step's end or a waiting step's next poll (its `due_at`), a retry's back
 step's `due_at`), a step's timeout, the run's deadline, or a pending run's next start check;
 plus a margin for the engine to act, rounded up to whole seconds, never above the
 template's `retryAfterSeconds` and never below 1. When that moment has passed and the
-engine has not acted yet (a backlog, the broker down, or an attempt that holds the step's
-lease while its code runs), it answers about as long as the engine is late, so that calls
-thin out instead of coming every second. A run that waits
-only for a person (an approval) answers the template's `approvalRetryAfterSeconds`, else its
-`retryAfterSeconds`.
+engine has not acted yet (the broker down, or an attempt that holds the step's lease while
+its code runs), it answers about as long as the engine is late, so that calls thin out
+instead of coming every second. A run that waits only for a person (an approval) answers
+the template's `approvalRetryAfterSeconds`, else its `retryAfterSeconds`.
+
+Two rules round this out:
+
+- **The engine behind as a whole** (`engine_behind`: its oldest due work, a step no attempt
+  holds or a run due to start, is later than a beat period and a margin): a change is then
+  expected about that much after its own moment, since the work ahead of it comes first,
+  so the answer adds that lateness (a step not reached yet included). A saturated engine
+  draws fewer calls, not more.
+- **Linger** (`HOOKSVC_HOOK_LINGER_SECONDS`, `linger_until`): retryAfterSeconds is whole
+  seconds (CAPI's `RetryAfterSeconds` is an int32: api/runtime/hooks/v1alpha1/
+  common_types.go, CommonRetryResponse), so an answer that brings CAPI back just after the
+  change holds the cluster up to a second past it. With linger on, the answer is rounded
+  down instead, so that CAPI comes back at or just before the engine has acted, and the
+  hook view (hooksvc.serving.views) holds that call until the change and answers from
+  the state after it. Never while the engine is behind.
 
 Pure functions of the rows the hook path's one query reads (workflows.hookpath.runs); the
 answer's message does not depend on them, only its number.
@@ -37,6 +51,15 @@ from workflows.models import Run, StepRun
 #: How long after a step comes due the engine has recorded its outcome and settled the run,
 #: when a countdown message polls it (the worker runs it at its ETA).
 ENGINE_MARGIN_SECONDS = 0.25
+#: A lingering call first re-reads this long after the change's moment: a countdown's outcome
+#: was recorded 10-30 ms after it in the fleet benchmark.
+SETTLE_SECONDS = 0.05
+
+
+def engine_behind(late: float) -> bool:
+    """The engine's oldest due work is later than a batch poll's period and a margin: more
+    than its normal lag, so it is working through a backlog (or its broker is down)."""
+    return late > settings.POLL_BATCH_SECONDS + ENGINE_MARGIN_SECONDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,8 +112,8 @@ def next_change(
 ) -> Change | None:
     """The earliest moment the run's state can change by the engine's hand, or None.
 
-    None when only a person can change it (an approval) or nothing is known (the run has
-    no step rows yet).
+    None when only a person can change it (an approval) or nothing is known (a pending run
+    with no start check due).
     """
     changes: list[Change] = []
     if deadline_at is not None and not deadline_exceeded and deadline_at > now:
@@ -99,8 +122,13 @@ def next_change(
     if state == Run.State.PENDING and wake_at is not None:
         changes.append(Change(wake_at, ENGINE_MARGIN_SECONDS))
     if state == Run.State.RUNNING:
+        steps = list(steps)
         for step in steps:
             changes += _step_changes(step, now)
+        if not steps:
+            # Running with no step due: a step's outcome is recorded and the engine is
+            # settling the run (its next steps, or its end) in the next transaction.
+            changes.append(Change(now, ENGINE_MARGIN_SECONDS))
     return min(changes, key=lambda c: c.at + datetime.timedelta(seconds=c.margin), default=None)
 
 
@@ -111,18 +139,24 @@ def _step_changes(step: StepTimes, now: datetime.datetime) -> list[Change]:
             # Approving wakes the step at once; its slow poll only guards a lost wake-up.
             pass
         else:
-            out.append(Change(step.due_at, _margin(step.state, step.due_at, now)))
+            out.append(Change(step.due_at, _margin(step, step.due_at, now)))
     if step.timeout_seconds and step.started_at is not None:
         at = step.started_at + datetime.timedelta(seconds=step.timeout_seconds)
         out.append(Change(at, ENGINE_MARGIN_SECONDS))
     return out
 
 
-def _margin(state: str, due_at: datetime.datetime, now: datetime.datetime) -> float:
-    """A waiting step due this far ahead is polled by a batch, up to a beat period late."""
+def _margin(step: StepTimes, due_at: datetime.datetime, now: datetime.datetime) -> float:
+    """A waiting step due this far ahead is polled by a batch, up to a beat period late.
+
+    How far ahead its poll was set is measured from when it started (its last poll is not
+    read), so that a batched step keeps its margin once it is due: a step polled often for
+    long is taken for a batched one, which only widens its margin.
+    """
+    since = min(step.started_at or now, now)
     if (
-        state == StepRun.State.WAITING
-        and (due_at - now).total_seconds() >= settings.POLL_BATCH_MIN_WAIT_SECONDS
+        step.state == StepRun.State.WAITING
+        and (due_at - since).total_seconds() >= settings.POLL_BATCH_MIN_WAIT_SECONDS
     ):
         return settings.POLL_BATCH_SECONDS + ENGINE_MARGIN_SECONDS
     return ENGINE_MARGIN_SECONDS
@@ -133,11 +167,23 @@ def awaiting_person(steps: Iterable[StepTimes]) -> bool:
     return any(s.state == StepRun.State.WAITING and s.person for s in steps)
 
 
-def run_seconds(run: Run, steps: Sequence[StepTimes], now: datetime.datetime) -> int:
-    """What an unfinished run that holds the hook answers, as HOOKSVC_RETRY_AFTER says."""
+@dataclasses.dataclass(frozen=True)
+class Wait:
+    """What an unfinished run answers: its retryAfterSeconds, and when a call that finds
+    it so should re-read instead of answering (None: answer at once)."""
+
+    seconds: int
+    linger_until: datetime.datetime | None = None
+
+
+def run_wait(
+    run: Run, steps: Sequence[StepTimes], now: datetime.datetime, *, late: float = 0.0
+) -> Wait:
+    """What an unfinished run that holds the hook answers, as HOOKSVC_RETRY_AFTER says;
+    `late` is how late the engine's oldest due work is (runs.Found.late)."""
     spec = typed.of(run.spec)
     if settings.RETRY_AFTER == "fixed":
-        return spec.retry_after_seconds
+        return Wait(spec.retry_after_seconds)
     change = next_change(
         state=run.state,
         wake_at=run.wake_at,
@@ -146,7 +192,18 @@ def run_seconds(run: Run, steps: Sequence[StepTimes], now: datetime.datetime) ->
         steps=steps,
         now=now,
     )
-    return seconds(change, person=awaiting_person(steps), spec=spec, now=now)
+    window = settings.HOOK_LINGER_SECONDS
+    return Wait(
+        seconds(
+            change,
+            person=awaiting_person(steps),
+            spec=spec,
+            now=now,
+            late=late,
+            linger=window,
+        ),
+        linger_until(change, now=now, late=late, window=window),
+    )
 
 
 def seconds(
@@ -155,20 +212,47 @@ def seconds(
     person: bool,
     spec: typed.Template,
     now: datetime.datetime,
+    late: float = 0.0,
+    linger: float = 0.0,
 ) -> int:
     """The retryAfterSeconds for one run: the next change plus its margin, in [1, cap].
 
     The cap is the template's `retryAfterSeconds`. When only a person can change the run
     (`person` and no `change`), it answers `approvalRetryAfterSeconds` if the template sets
     it (shorter: an approval is seen sooner, for more calls), else the cap; when nothing is
-    known, the cap.
+    known, the cap. While the engine is behind (`late`, see engine_behind) the change is
+    expected that much later. With a `linger` window (seconds), the answer is rounded down
+    from the change plus its margin, or plus half the window if that is less (a batch poll's
+    margin is a beat period): CAPI comes back before the engine has acted, or just after,
+    and a call that comes before lingers (linger_until) through the rest.
     """
     cap = spec.retry_after_seconds
     if change is None:
         return spec.person_retry_after_seconds if person else cap
     remaining = (change.at - now).total_seconds()
+    if engine_behind(late):
+        # The due work ahead of this change comes first: come back about when the engine,
+        # as late as it is now, reaches it; a step not reached yet is no exception.
+        return max(1, min(cap, math.ceil(max(remaining, 0.0) + late)))
     if remaining < 0:
-        # Overdue: the engine is late (a backlog, the broker down). Come back about as late
-        # again, so that calls thin out the longer it lasts instead of coming every second.
+        # Overdue while the engine keeps up (an attempt holding the step, the broker down):
+        # come back about as late again, so that calls thin out the longer it lasts.
         return max(1, min(cap, math.ceil(-remaining)))
+    if linger > 0:
+        return max(1, min(cap, math.floor(remaining + min(change.margin, linger / 2))))
     return max(1, min(cap, math.ceil(remaining + change.margin)))
+
+
+def linger_until(
+    change: Change | None, *, now: datetime.datetime, late: float, window: float
+) -> datetime.datetime | None:
+    """When a call that finds the run before `change` should re-read it, or None to answer
+    at once: only if the engine is expected to act within `window` seconds and is not
+    behind. A change overdue past its margin means the engine is late for it: no linger."""
+    if change is None or window <= 0 or engine_behind(late):
+        return None
+    if change.at + datetime.timedelta(seconds=change.margin) < now:
+        return None
+    if (change.at - now).total_seconds() > window:
+        return None
+    return max(now, change.at + datetime.timedelta(seconds=SETTLE_SECONDS))
