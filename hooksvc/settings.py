@@ -55,6 +55,9 @@ ENVIRONMENT: dict[str, str] = {
     " behind), default 1; 0 answers at once",
     "HOOKSVC_HOOK_LINGER_CALLS": "how many hook calls one web process holds at once (the"
     " rest are answered at once), default 4",
+    "HOOKSVC_DB_PREPARE": "`on` (default): the hook path's one query is a prepared statement,"
+    " parsed and planned once per connection; `off` behind a pooler that cannot keep them"
+    " (PgBouncer in transaction mode before 1.21 or without max_prepared_statements)",
     "HOOKSVC_POLL_BATCH_SECONDS": "how often beat runs the batch poller of waiting steps,"
     " default 1",
     "HOOKSVC_POLL_BATCH_SIZE": "how many due waiting steps one batch claims, default 100",
@@ -181,6 +184,14 @@ DATABASES: dict[str, dict[str, Any]] = {
     # Without a URL: the local PostgreSQL of `make run`, on its Unix socket under DATA_DIR.
     "default": dburl.parse(_DATABASE_URL) if _DATABASE_URL else devdb.database(DATA_DIR)
 }
+#: psycopg prepares a statement only where this is not None, and only through a cursor that
+#: binds on the server: the hook path's one query (workflows.hookpath.runs). Django's own
+#: cursors bind on the client and never prepare, whatever it is (psycopg ClientCursor).
+DB_PREPARE = os.environ.get("HOOKSVC_DB_PREPARE", "on")
+if DB_PREPARE not in ("on", "off"):
+    raise RuntimeError(f"HOOKSVC_DB_PREPARE must be on or off, got {DB_PREPARE!r}")
+DB_PREPARE_THRESHOLD = 0 if DB_PREPARE == "on" else None
+DATABASES["default"]["OPTIONS"]["prepare_threshold"] = DB_PREPARE_THRESHOLD
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

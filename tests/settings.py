@@ -25,7 +25,7 @@ DATABASES = {
         "USER": os.environ.get("HOOKSVC_TEST_PG_USER", "postgres"),
         "HOST": PG_HOST,
         "PORT": PG_PORT,
-        "OPTIONS": {"connect_timeout": 5},
+        "OPTIONS": {"connect_timeout": 5, "prepare_threshold": DB_PREPARE_THRESHOLD},  # noqa: F405
     }
 }
 CELERY_BROKER_URL = REDIS_URL

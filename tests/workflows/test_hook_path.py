@@ -6,7 +6,7 @@ import datetime
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
@@ -222,6 +222,54 @@ def test_a_repeated_call_costs_one_query(django_assert_num_queries: Any) -> None
         answer = _answer(wf.call())
     assert answer.retry_after == 1, "the runs are due to start"
     assert len(answer.runs) == 2
+
+
+def _hook_statements() -> list[tuple[str, int]]:
+    """The session's prepared statements of the hook query, with how often each ran."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s",
+            ["%FROM workflows_workflowtemplate t LEFT OUTER JOIN workflows_run r%"],
+        )
+        return [(str(text), int(runs)) for text, runs in cursor.fetchall()]
+
+
+def test_the_poll_is_parsed_and_planned_once_per_connection() -> None:
+    """The hook query is a prepared statement of the session, made once and run again by
+    every call (psycopg prepares through a cursor that binds on the server when the
+    connection's prepare_threshold is 0: psycopg/_preparing.py PrepareManager.get;
+    PostgreSQL counts its executions in pg_prepared_statements)."""
+    wf.template("backup")
+    _answer(wf.call())
+    before = _hook_statements()
+    for _ in range(3):
+        answer = _answer(wf.call())
+    after = _hook_statements()
+    assert len(after) == 1, after
+    assert after[0][1] - (before[0][1] if before else 0) == 3
+    assert answer.retry_after == 1 and len(answer.runs) == 1
+
+
+def test_with_prepare_off_the_poll_is_not_prepared_and_answers_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HOOKSVC_DB_PREPARE=off (a pooler that cannot keep prepared statements) sets the
+    connection's prepare_threshold to None: psycopg then prepares nothing."""
+    wf.template("backup")
+    prepared = _answer(wf.call())
+    connection.ensure_connection()
+    monkeypatch.setattr(connection.connection, "prepare_threshold", None)
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    plain = _answer(wf.call())
+    assert _hook_statements() == []
+    assert (plain.status, plain.message, plain.retry_after, plain.runs) == (
+        prepared.status,
+        prepared.message,
+        prepared.retry_after,
+        prepared.runs,
+    )
 
 
 def test_a_template_made_again_under_the_same_name_finds_the_old_run(

@@ -15,6 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import psycopg
 from django.db import IntegrityError, connection, transaction
 
 from hooksvc.contract import wire
@@ -65,9 +66,7 @@ def templates_and_runs(call: wire.HookCall) -> Found:
         "now": clock.now(),
         "namespace": call.cluster.namespace,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(sql.TEMPLATES_AND_RUNS, params)
-        rows = cursor.fetchall()
+    rows = _poll_rows(params)
     found = Found(
         [],
         {},
@@ -91,6 +90,32 @@ def templates_and_runs(call: wire.HookCall) -> Found:
             found.runs[template["name"]] = Run(**run)
             found.steps[template["name"]] = retry.step_times(_decode_json(row[run_end]))
     return found
+
+
+def _poll_rows(params: dict[str, str | datetime.datetime]) -> list[tuple[Any, ...]]:
+    """The hook query's rows, through a cursor that binds its parameters on the server, so
+    that psycopg prepares the statement on its first use on a connection and PostgreSQL
+    parses and plans it once per connection (HOOKSVC_DB_PREPARE; psycopg
+    `_preparing.PrepareManager.get`: a threshold of 0 prepares at once, None never).
+    Parsing and planning were most of the query's CPU in PostgreSQL (docs/performance.md,
+    2026-11-24). Django's cursor binds on the client, which never prepares; the cursor is
+    wrapped as Django wraps its own (its errors become Django's DatabaseError, and tests
+    count it as a query)."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        # Typed Any: django-stubs type the wrapped cursor as a CursorWrapper, Django passes
+        # the driver's cursor (BaseDatabaseWrapper._prepare_cursor).
+        raw: Any = psycopg.Cursor(connection.connection)
+    cursor = (
+        connection.make_debug_cursor(raw)
+        if connection.queries_logged
+        else connection.make_cursor(raw)
+    )
+    with cursor:
+        cursor.execute(sql.TEMPLATES_AND_RUNS, params)
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+    return rows
 
 
 def _decode_json(value: Any) -> Any:
