@@ -53,6 +53,14 @@ def on_starting(server: Any) -> None:
     multiproc.wipe_stale(multiproc.configure())
 
 
+def post_worker_init(worker: Any) -> None:
+    """In each worker, once forked: read how late the engine is once a second, for the
+    hook answers (workflows.hookpath.backlog)."""
+    from workflows.hookpath import backlog
+
+    backlog.start()
+
+
 def worker_exit(server: Any, worker: Any) -> None:
     """In the exiting worker: write the hook call records it still buffers."""
     from workflows.hookpath import hookcalls

@@ -83,17 +83,18 @@ def _json_values(alias: str, names: Sequence[str]) -> str:
 #: the expiry as seconds since the epoch.
 BYPASS_COLUMNS = ("id", "selector", "actor", "reason", "expires_at")
 
-#: The engine's oldest due work, for how late the engine is as a whole
-#: (hookpath.retry.engine_behind): a due step no attempt holds, and a run due to start. Each
-#: is the first entry of a partial index (workflows_step_due_idx, workflows_run_wake_idx).
-_OLDEST_DUE_STEP = (
-    "SELECT min(ds.due_at) FROM workflows_steprun ds"  # noqa: S608  # nosec B608
+#: How late (seconds) the engine's oldest due work is: a due step no attempt holds, or a run
+#: due to start (NULL when none is due). Each is the first entry of a partial index
+#: (workflows_step_due_idx, workflows_run_wake_idx), but under a backlog the step scan passes
+#: over the steps that batches hold (0.7-9 ms measured): a web process reads it once a second
+#: (workflows.hookpath.backlog), not each hook call. Parameters: now.
+ENGINE_LATE = (
+    "SELECT extract(epoch FROM %(now)s - least("  # noqa: S608  # nosec B608
+    "(SELECT min(ds.due_at) FROM workflows_steprun ds"
     f" WHERE ds.state IN ({', '.join(repr(str(s)) for s in StepRun.DUE)})"
-    " AND ds.due_at <= %(now)s AND (ds.lease_owner = '' OR ds.lease_expires_at <= %(now)s)"
-)
-_OLDEST_DUE_START = (
-    "SELECT min(dr.wake_at) FROM workflows_run dr"
-    " WHERE dr.state = 'pending' AND dr.wake_at <= %(now)s"
+    " AND ds.due_at <= %(now)s AND (ds.lease_owner = '' OR ds.lease_expires_at <= %(now)s)),"
+    " (SELECT min(dr.wake_at) FROM workflows_run dr"
+    " WHERE dr.state = 'pending' AND dr.wake_at <= %(now)s)))"
 )
 
 #: The steady-state poll, written out: compiling the equivalent ORM query (a FilteredRelation
@@ -107,11 +108,10 @@ _OLDEST_DUE_START = (
 #: costs no query of its own.
 #: Parameters (by name): key, moment, hook, now, namespace. Columns: TEMPLATE_COLUMNS, then
 #: RUN_ANSWER_COLUMNS (all NULL where the template has no run for this moment), then the
-#: steps' array (NULL when none is due), then the bypasses' array (NULL when none), then how
-#: late (seconds) the engine's oldest due work is (NULL when none is due; the same on every row).
+#: steps' array (NULL when none is due), then the bypasses' array (NULL when none).
 TEMPLATES_AND_RUNS = (
     f"SELECT {_columns('t', TEMPLATE_COLUMNS)}, {_columns('r', RUN_ANSWER_COLUMNS)}, st.steps,"  # noqa: S608  # nosec B608
-    " bp.bypasses, lg.late"
+    " bp.bypasses"
     " FROM workflows_workflowtemplate t LEFT OUTER JOIN workflows_run r"
     " ON r.template_name = t.name AND r.hook = t.hook AND r.cluster_key = %(key)s"
     " AND r.moment = %(moment)s"
@@ -124,8 +124,6 @@ TEMPLATES_AND_RUNS = (
     " ORDER BY b.expires_at DESC, b.id) AS bypasses"
     " FROM workflows_bypass b WHERE b.hook = %(hook)s AND b.ended_at IS NULL"
     " AND b.expires_at > %(now)s AND b.namespace IN ('', %(namespace)s)) bp"
-    f" CROSS JOIN (SELECT extract(epoch FROM %(now)s - least(({_OLDEST_DUE_STEP}),"
-    f" ({_OLDEST_DUE_START}))) AS late) lg"
     " WHERE t.hook = %(hook)s ORDER BY t.name"
 )
 #: The columns of a hook call's record, in the order COPY_HOOK_CALLS takes them.

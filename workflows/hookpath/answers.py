@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from hooksvc.contract import catalog, wire
 from workflows.definitions import typed
 from workflows.engine import clock, messages
-from workflows.hookpath import bypass, retry
+from workflows.hookpath import backlog, bypass, retry
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run
 
@@ -41,7 +41,7 @@ PROCEED = Answer(catalog.Status.SUCCESS)
 
 def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
     """Ensure the runs `call` starts and answer from their state."""
-    templates, found, due, bypasses, late = hook_runs.templates_and_runs(call)
+    templates, found, due, bypasses = hook_runs.templates_and_runs(call)
     if not templates:
         return PROCEED
     covered = bypass.covering(bypasses, call)
@@ -64,6 +64,7 @@ def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
     if not call.hook.blocking:
         return dataclasses.replace(PROCEED, runs=run_ids)
     now = clock.now()
+    late = backlog.late()
     rendered = [render(run, now, due.get(run.template_name, ()), late=late) for run in runs]
     return dataclasses.replace(combine(rendered), runs=run_ids)
 

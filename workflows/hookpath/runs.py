@@ -1,8 +1,8 @@
 """Find or create a hook call's runs: one run per (template, cluster, moment), for good.
 
 `templates_and_runs` reads the hook's templates that match the call, their runs for this
-moment, those runs' due steps, the hook's break-glass bypasses and how late the engine's
-oldest due work is, in one query (a steady-state poll is that query alone).
+moment, those runs' due steps and the hook's break-glass bypasses in one query (a
+steady-state poll is that query alone).
 `runs_ensure` creates the missing runs with an insert that the unique constraint arbitrates
 (fifty concurrent calls make one run), and wakes the engine once they commit. The Cluster
 watcher calls `runs_ensure` too, for deleted Clusters that CAPI calls no hook for.
@@ -51,13 +51,11 @@ class Found(NamedTuple):
     steps: dict[str, list[retry.StepTimes]]
     #: The hook's break-glass bypasses in force for the cluster's namespace.
     bypasses: list[bypass.Active]
-    #: How late (seconds) the engine's oldest due work is: 0 when it keeps up.
-    late: float = 0.0
 
 
 def templates_and_runs(call: wire.HookCall) -> Found:
     """The hook's templates that match `call`, their runs for this moment, those runs' due
-    steps, the hook's bypasses in force and how late the engine is, in one query."""
+    steps and the hook's bypasses in force, in one query."""
     hook = call.hook.name
     params: dict[str, str | datetime.datetime] = {
         "key": call.cluster.key,
@@ -67,13 +65,7 @@ def templates_and_runs(call: wire.HookCall) -> Found:
         "namespace": call.cluster.namespace,
     }
     rows = _poll_rows(params)
-    found = Found(
-        [],
-        {},
-        {},
-        bypass.actives(_decode_json(rows[0][-2])) if rows else [],
-        max(0.0, float(rows[0][-1] or 0)) if rows else 0.0,
-    )
+    found = Found([], {}, {}, bypass.actives(_decode_json(rows[0][-1])) if rows else [])
     width = len(sql.TEMPLATE_COLUMNS)
     run_end = width + len(sql.RUN_ANSWER_COLUMNS)
     for row in rows:
