@@ -358,7 +358,7 @@ class Report:
 
 
 #: Which parts of the benchmark run (BENCH_FLEET_PARTS, comma-separated): the lifecycle
-#: in both modes, hold/work by workflow length, the capacity levels.
+#: in both modes (BENCH_FLEET_MODES), hold/work by workflow length, the capacity levels.
 PARTS = ("lifecycle", "durations", "capacity")
 
 
@@ -366,8 +366,10 @@ def bench(sizes: env.Sizes) -> Report:
     from bench import fleet_capacity, fleet_durations
 
     parts = os.environ.get("BENCH_FLEET_PARTS", ",".join(PARTS)).split(",")
+    # BENCH_FLEET_MODES: the lifecycle in these answer modes only (a rerun of one of them).
+    modes = os.environ.get("BENCH_FLEET_MODES", ",".join(MODES)).split(",")
     reports = []
-    for mode in MODES if "lifecycle" in parts else ():
+    for mode in modes if "lifecycle" in parts else ():
         print(f"  fleet, {mode} retryAfterSeconds: {sizes.fleet_clusters} clusters", flush=True)
         report = drive_fleet(mode, sizes)
         print(
