@@ -90,20 +90,25 @@ def _poll_rows(params: dict[str, str | datetime.datetime]) -> list[tuple[Any, ..
     parses and plans it once per connection (HOOKSVC_DB_PREPARE; psycopg
     `_preparing.PrepareManager.get`: a threshold of 0 prepares at once, None never).
     Parsing and planning were most of the query's CPU in PostgreSQL (docs/performance.md,
-    2026-11-24). Django's cursor binds on the client, which never prepares; the cursor is
+    2026-11-24). Django's cursor binds on the client, which never prepares; this one is
     wrapped as Django wraps its own (its errors become Django's DatabaseError, and tests
     count it as a query)."""
     connection.close_if_health_check_failed()
     connection.ensure_connection()
-    with connection.wrap_database_errors:
-        # Typed Any: django-stubs type the wrapped cursor as a CursorWrapper, Django passes
-        # the driver's cursor (BaseDatabaseWrapper._prepare_cursor).
-        raw: Any = psycopg.Cursor(connection.connection)
-    cursor = (
-        connection.make_debug_cursor(raw)
-        if connection.queries_logged
-        else connection.make_cursor(raw)
-    )
+    if connection.connection.prepare_threshold is None:
+        # HOOKSVC_DB_PREPARE=off: Django's cursor, whose one round trip (the simple query
+        # protocol) costs PostgreSQL less than an unnamed statement's parse, bind, execute.
+        cursor = connection.cursor()
+    else:
+        with connection.wrap_database_errors:
+            # Typed Any: django-stubs type the wrapped cursor as a CursorWrapper; Django
+            # passes the driver's cursor (BaseDatabaseWrapper._prepare_cursor).
+            raw: Any = psycopg.Cursor(connection.connection)
+        cursor = (
+            connection.make_debug_cursor(raw)
+            if connection.queries_logged
+            else connection.make_cursor(raw)
+        )
     with cursor:
         cursor.execute(sql.TEMPLATES_AND_RUNS, params)
         rows: list[tuple[Any, ...]] = cursor.fetchall()
