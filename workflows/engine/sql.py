@@ -32,11 +32,11 @@ def rows(
 def fetch(statement: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """Run `statement`; the rows it returns.
 
-    Not prepared: Django turns psycopg's preparing off (prepare_threshold None). Prepared,
-    the chain's statement cost PostgreSQL 0.04 ms instead of 0.55, but a generic plan made
-    while the tables were small (a new install, a benchmark's emptied tables) scanned
-    them: a run cost 5.7 ms of PostgreSQL's CPU in its first hundred runs, 14 ms in its
-    fourth (measured, 2026-11-24; docs/performance.md).
+    Not prepared (Django's cursor binds on the client). Prepared, the chain's statement
+    cost PostgreSQL 0.04 ms instead of 0.55, but a generic plan made while the tables were
+    small (a new install, a benchmark's emptied tables) scanned them: a run cost 5.7 ms of
+    PostgreSQL's CPU in its first hundred runs, 14 ms in its fourth (measured, 2026-11-24;
+    docs/performance.md).
     """
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
