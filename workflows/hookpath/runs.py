@@ -100,6 +100,7 @@ def _poll_rows(params: dict[str, str | datetime.datetime]) -> list[tuple[Any, ..
         # protocol) costs PostgreSQL less than an unnamed statement's parse, bind, execute.
         cursor = connection.cursor()
     else:
+        connection.validate_thread_sharing()
         with connection.wrap_database_errors:
             # Typed Any: django-stubs type the wrapped cursor as a CursorWrapper; Django
             # passes the driver's cursor (BaseDatabaseWrapper._prepare_cursor).
