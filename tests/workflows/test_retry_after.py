@@ -165,6 +165,7 @@ def test_several_runs_answer_the_soonest_change_as_capi_combines_extensions(
     wf.template("approve", steps=[{"name": "ok", "type": "approval"}], retryAfterSeconds=30)
     first = answers.answer(wf.call(), handler_name="test")
     assert first.retry_after == 1, "both runs are due to start"
+    assert first.linger_until is None, "a run not started yet is answered at once, not held"
     for run in Run.objects.all():
         scheduling.advance(run.pk)
 

@@ -202,7 +202,11 @@ def run_wait(
             late=late,
             linger=window,
         ),
-        linger_until(change, now=now, late=late, window=window),
+        # A run not started yet answers at once (1 s: a worker starts it now): CAPI sees
+        # at once that the hook holds, and a call never waits for a worker to pick a run up.
+        linger_until(change, now=now, late=late, window=window)
+        if run.state == Run.State.RUNNING
+        else None,
     )
 
 
