@@ -90,3 +90,31 @@ def test_a_step_out_of_retries_records_its_failure_not_another_retry(
     ]
     assert [name for name, _ in history] == [transitions.RETRY, "ready->failed"]
     assert history[1][1] == "attempt 2 refused"
+
+
+def test_a_retrys_backoff_counts_from_the_end_of_a_slow_attempt(
+    monkeypatch: pytest.MonkeyPatch, now: list[datetime.datetime], sent: list[Any]
+) -> None:
+    """An attempt that fails after 5 s (a connect timeout, say) with a 2 s backoff: the next
+    attempt is due 2 s after the failure, not 3 s before it was recorded (which let the same
+    advance run the step again at once: `failures` 2 after one call)."""
+    monkeypatch.setattr(attempts, "jitter", lambda cap: cap)  # backoff 2 s
+    execute_once = attempts.execute_once
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        now[0] += datetime.timedelta(seconds=5)
+        return execute_once(*args, **kwargs)
+
+    monkeypatch.setattr(attempts, "execute_once", slow)
+    template = wf.template(
+        "flaky", steps=[{"name": "call", "type": "flaky", "with": {"failures": 2}, "retries": 3}]
+    )
+    call = wf.call(cluster=capi.cluster_v1beta2(name="c1", uid="uid-c1"))
+    [run] = hook_runs.runs_ensure(templates=[template], call=call)
+    start = now[0]
+    scheduling.advance(run.pk)
+    step = run.steps.get()
+    assert (step.state, step.failures) == ("ready", 1)
+    assert step.due_at == start + datetime.timedelta(seconds=5 + 2)
+    retry = RunEvent.objects.get(run=run, name=transitions.RETRY)
+    assert retry.details["nextAt"] == step.due_at.isoformat()

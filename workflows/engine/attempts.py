@@ -107,6 +107,10 @@ class Result:
     #: When the attempt ran, and when the step's first attempt did.
     at: datetime.datetime
     started: datetime.datetime
+    #: When the step's code returned (None: at `at`). A retry's backoff counts from here:
+    #: counted from `at`, an attempt that ran longer than its backoff (a connect timeout)
+    #: would be due again before its failure is even recorded.
+    ended: datetime.datetime | None = None
 
     @property
     def repeats(self) -> bool:
@@ -134,7 +138,14 @@ def run(attempt: Attempt, *, at: datetime.datetime | None = None) -> Result:
     else:
         with leases.heartbeat.hold([attempt.lease]):
             outcome = execute_once(ctx, observe.log_fields(attempt.run, step))
-    return Result(attempt=attempt, outcome=outcome, memo=ctx.memo, at=at, started=started)
+    return Result(
+        attempt=attempt,
+        outcome=outcome,
+        memo=ctx.memo,
+        at=at,
+        started=started,
+        ended=max(at, clock.now()),
+    )
 
 
 def hand_back(attempt: Attempt, *, at: datetime.datetime) -> Result:
@@ -203,7 +214,8 @@ def decide(result: Result) -> Decision:
         common["output"] = dict(outcome.output)
     if isinstance(outcome, errors.TemporaryError) and failures <= step.retries:
         delay = outcome.delay if outcome.delay is not None else backoff(failures)
-        return Decision(StepRun.State.READY, {**common, "due_at": _after(at, delay)})
+        failed_at = result.ended or at
+        return Decision(StepRun.State.READY, {**common, "due_at": _after(failed_at, delay)})
     return Decision(StepRun.State.FAILED, common)
 
 
