@@ -13,7 +13,7 @@ import dataclasses
 import datetime
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hooksvc.contract import wire
@@ -54,6 +54,11 @@ def _requirements(selector: str) -> tuple[labelselector.Requirement, ...] | None
 
 def covering(bypasses: Sequence[Active], call: wire.HookCall) -> Active | None:
     """The first of `bypasses` whose selector matches the call's cluster, None if none does."""
+    return covering_labels(bypasses, call.cluster.labels)
+
+
+def covering_labels(bypasses: Sequence[Active], labels: Mapping[str, str]) -> Active | None:
+    """The first of `bypasses` whose selector matches `labels`, None if none does."""
     for bypass in bypasses:
         requirements = _requirements(bypass.selector)
         if requirements is None:
@@ -63,7 +68,7 @@ def covering(bypasses: Sequence[Active], call: wire.HookCall) -> Active | None:
                 extra={"action": "bypass_malformed", "bypass": bypass.id},
             )
             continue
-        if labelselector.matches(requirements, call.cluster.labels):
+        if labelselector.matches(requirements, labels):
             return bypass
     return None
 

@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import logging
 import re
+from collections.abc import Mapping
 
 from django.db import transaction
 
@@ -176,3 +177,18 @@ def shown(bypass: Bypass) -> Shown:
             f"{hook_bypass.until(bypass.expires_at)}: {bypass.reason}"
         ),
     )
+
+
+def covering(*, hook: str, namespace: str, labels: Mapping[str, str]) -> hook_bypass.Active | None:
+    """The bypass in force that answers `hook`'s calls for a cluster in `namespace` with
+    `labels`: the hook path's rows, order and rule (workflows.hookpath.bypass.covering)."""
+    in_force = Bypass.objects.filter(
+        hook=hook,
+        namespace__in=("", namespace),
+        ended_at__isnull=True,
+        expires_at__gt=clock.now(),
+    ).order_by("-expires_at", "id")
+    actives = [
+        hook_bypass.Active(b.pk, b.selector, b.actor, b.reason, b.expires_at) for b in in_force
+    ]
+    return hook_bypass.covering_labels(actives, labels)

@@ -29,11 +29,10 @@ from django.db.models.functions import RowNumber
 
 from hooksvc.contract import wire
 from workflows.definitions import typed
-from workflows.engine import clock
 from workflows.hookpath import bypass as hook_bypass
 from workflows.hookpath import labelselector, selection
-from workflows.models import Bypass, HookCall, Run, RunEvent, StepRun, WorkflowTemplate
-from workflows.operators import holding, states
+from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
+from workflows.operators import bypasses, holding, states
 from workflows.steps import registry
 
 
@@ -204,18 +203,10 @@ def call_preview(call: wire.HookCall) -> dict[str, Any]:
 
 
 def _covering_bypass(call: wire.HookCall) -> dict[str, Any] | None:
-    """The bypass in force that would answer `call`: the hook path's rule and order
-    (workflows.hookpath.bypass.covering over its query's rows)."""
-    in_force = Bypass.objects.filter(
-        hook=call.hook.name,
-        namespace__in=("", call.cluster.namespace),
-        ended_at__isnull=True,
-        expires_at__gt=clock.now(),
-    ).order_by("-expires_at", "id")
-    actives = [
-        hook_bypass.Active(b.pk, b.selector, b.actor, b.reason, b.expires_at) for b in in_force
-    ]
-    covering = hook_bypass.covering(actives, call)
+    """The bypass in force that would answer `call` (operators.bypasses.covering)."""
+    covering = bypasses.covering(
+        hook=call.hook.name, namespace=call.cluster.namespace, labels=call.cluster.labels
+    )
     if covering is None:
         return None
     return {

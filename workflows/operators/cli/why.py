@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
@@ -23,8 +22,7 @@ from django.utils import timezone
 from hooksvc.contract import catalog
 from workflows.engine import messages
 from workflows.hookpath import bypass as hook_bypass
-from workflows.hookpath import labelselector
-from workflows.models import Bypass, HookCall, KnownCluster, Run, StepRun
+from workflows.models import HookCall, KnownCluster, Run, StepRun
 from workflows.operators import bypasses, durations, selectors, states
 
 #: CAPI's annotation that lets a Cluster's deletion go on without BeforeClusterDelete:
@@ -73,12 +71,12 @@ def explain(stdout: OutputWrapper, options: dict[str, Any]) -> None:
     for run in holding:
         groups.setdefault((run.hook, run.moment), []).append(run)
     stdout.write(f"cluster {namespace}/{name}: held by {_count(len(holding))}")
-    in_force = bypasses.active(now)
     for (hook, moment), members in groups.items():
         stdout.write("")
         stdout.write(_group_line(hook, moment, members))
         labels = members[0].context.get("cluster", {}).get("labels") or {}
-        for line in _bypass_lines(_covering(in_force, hook, namespace, labels)):
+        covering = bypasses.covering(hook=hook, namespace=namespace, labels=labels)
+        for line in _bypass_lines(covering):
             stdout.write(f"  {line}")
         asked = _last_call(members[0], hook, moment)
         if asked:
@@ -112,31 +110,14 @@ def _group_line(hook: str, moment: str, runs: list[Run]) -> str:
     return f"{hook}{at}: {_count(len(runs))}; {effect}"
 
 
-def _covering(
-    in_force: Sequence[Bypass], hook: str, namespace: str, labels: Mapping[str, str]
-) -> Bypass | None:
-    """The bypass in force that answers this hook's calls for the cluster, if any: the same
-    rule as the hook path's (workflows.hookpath.bypass.covering, the longest lasting first),
-    on the labels the run saw."""
-    for bypass in sorted(in_force, key=lambda b: (-b.expires_at.timestamp(), b.pk)):
-        if bypass.hook != hook or bypass.namespace not in ("", namespace):
-            continue
-        try:
-            if labelselector.matches(labelselector.parse(bypass.selector), labels):
-                return bypass
-        except labelselector.SelectorError:
-            continue  # covers nothing on the hook path either
-    return None
-
-
-def _bypass_lines(bypass: Bypass | None) -> list[str]:
+def _bypass_lines(bypass: hook_bypass.Active | None) -> list[str]:
     if bypass is None:
         return []
     return [
-        f"break glass: bypass {bypass.pk} by {bypass.actor} until "
+        f"break glass: bypass {bypass.id} by {bypass.actor} until "
         f"{hook_bypass.until(bypass.expires_at)}: {bypass.reason}",
         "  while it lasts, CAPI's calls of this hook answer Success without these runs",
-        f"  end it early:  {messages.bypass_end_command(bypass.pk)}",
+        f"  end it early:  {messages.bypass_end_command(bypass.id)}",
     ]
 
 
