@@ -95,7 +95,8 @@ def _wait_due(timeout: float) -> datetime.datetime:
     """The wait step's end, once the worker has started the run."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        step = StepRun.objects.filter(due_at__isnull=False).first()
+        # Waiting: a step created ready is due at once, before the worker sets the wait's end.
+        step = StepRun.objects.filter(state=StepRun.State.WAITING, due_at__isnull=False).first()
         if step is not None and step.due_at is not None:
             return step.due_at
         time.sleep(0.05)
