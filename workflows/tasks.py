@@ -8,7 +8,9 @@ transitions make the repeat harmless. The engine sends these by name
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from celery import shared_task
@@ -25,14 +27,28 @@ EVENT_RETRIES = 3
 EVENT_RETRY_SECONDS = 10
 
 
+@contextlib.contextmanager
+def _events_emitted_here() -> Iterator[None]:
+    """The Cluster Events of the engine's transitions in this task, emitted by the task once
+    its work is done (committed ones even if it then raised), not as messages of their own;
+    those the API server did not take go to the retrying `cluster_event` task."""
+    with dispatch.events_in_task() as collected:
+        try:
+            yield
+        finally:
+            dispatch.cluster_events(events.emit_for_task(collected))
+
+
 @shared_task(name=dispatch.ADVANCE)
 def advance(run_id: int) -> None:
-    scheduling.advance(run_id)
+    with _events_emitted_here():
+        scheduling.advance(run_id)
 
 
 @shared_task(name=dispatch.RUN_STEP)
 def run_step(step_id: int) -> None:
-    scheduling.run_step(step_id)
+    with _events_emitted_here():
+        scheduling.run_step(step_id)
 
 
 @shared_task(name=dispatch.STEP_CLEANUP, bind=True, max_retries=cleanups.RETRIES)
@@ -55,12 +71,14 @@ def step_cleanup(
 
 @shared_task(name=dispatch.POLL_DUE)
 def poll_due() -> None:
-    polls.poll_due()
+    with _events_emitted_here():
+        polls.poll_due()
 
 
 @shared_task(name="workflows.reconcile")
 def reconcile() -> None:
-    reconciler.reconcile()
+    with _events_emitted_here():
+        reconciler.reconcile()
 
 
 @shared_task(name="workflows.prune_hook_calls")

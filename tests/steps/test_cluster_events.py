@@ -1,17 +1,21 @@
 """Events on the CAPI Cluster for a run's start, success and failure, and when it starts
 waiting for a person (with the command that approves it, which runs as printed).
 
-The engine enqueues `workflows.cluster_event` after each transition commits (observed here by
-replacing the task's `delay`, our own seam, not the Kubernetes client); the task records the
-Event in the management cluster (the emulator), retries while it is unreachable, and skips
-quietly when no management cluster is configured.
+The engine asks for an Event after each transition commits. In a worker's engine task the
+task emits them itself once its work is done; elsewhere (and for what the API server did not
+take) the `workflows.cluster_event` task does (messages observed here through
+`dispatch.broker`, our own seam, not the Kubernetes client). Events land in the management
+cluster (the emulator); the task retries while it is unreachable, and both skip quietly when
+no management cluster is configured.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import re
 import shlex
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,7 @@ from workflows import tasks
 from workflows.engine import dispatch, messages, scheduling
 from workflows.hookpath import runs as hook_runs
 from workflows.kube import events, k8s
-from workflows.models import Run
+from workflows.models import Run, WorkflowTemplate
 from workflows.steps import memo
 
 pytestmark = pytest.mark.django_db
@@ -128,6 +132,74 @@ def test_the_engine_announces_start_and_outcome_after_commit(
     with django_capture_on_commit_callbacks(execute=True):
         scheduling.advance(run.pk)
     assert sent == [(run.pk, "started"), (run.pk, "succeeded")]
+
+
+@pytest.fixture
+def messages_sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
+    """Messages the engine sends, recorded instead of sent; a fresh pause of direct Events."""
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+    monkeypatch.setattr(dispatch, "broker", lambda name, args, countdown: sent.append((name, args)))
+    monkeypatch.setattr(events, "_paused_until", 0.0)
+    return sent
+
+
+def a_new_run(name: str = CLUSTER, uid: str = CLUSTER_UID) -> Run:
+    """A run of one `noop` step, as a hook call creates it (pending)."""
+    template = WorkflowTemplate.objects.filter(name="one-noop").first() or wf.template(
+        "one-noop", steps=[{"name": "only", "type": "noop"}]
+    )
+    cluster = capi.cluster_v1beta2(name=name, namespace=NS, uid=uid)
+    [run] = hook_runs.runs_ensure(templates=[template], call=wf.call(cluster=cluster))
+    return run
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_engine_task_emits_its_runs_events_itself_without_a_message(
+    kube: KubeEmulator, messages_sent: list[tuple[str, tuple[Any, ...]]]
+) -> None:
+    """Real commits (a transactional test): each Event is collected as its transition
+    commits and emitted when the task is done, in order."""
+    run = a_new_run()
+    tasks.advance.apply(args=(run.pk,))
+    assert [e[0] for e in cluster_events(kube)] == [
+        "HooksvcWorkflowStarted",
+        "HooksvcWorkflowSucceeded",
+    ]
+    assert [name for name, _ in messages_sent] == [dispatch.ADVANCE], "the hook's message only"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_the_api_server_does_not_take_go_to_the_retrying_task_and_others_follow_for_a_while(
+    kube: KubeEmulator,
+    messages_sent: list[tuple[str, tuple[Any, ...]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unreachable API server costs an engine task one connection attempt, then no more:
+    for PAUSE_SECONDS every engine task hands its Events to `workflows.cluster_event`
+    (retried there) without trying; after it, tasks emit them again."""
+    monkeypatch.setattr(events, "PAUSE_SECONDS", 1.0)
+    k8s.management_api()
+    kube.stop()
+    first = a_new_run()
+    tasks.advance.apply(args=(first.pk,))
+    to_task = [args for name, args in messages_sent if name == dispatch.CLUSTER_EVENT]
+    assert to_task == [(first.pk, "started"), (first.pk, "succeeded")]
+
+    kube.start()
+    kube.requests.clear()
+    messages_sent.clear()
+    second = a_new_run("second", "uid-second")
+    tasks.advance.apply(args=(second.pk,))
+    assert kube.requests == collections.deque(), "paused: the task did not try"
+    to_task = [args for name, args in messages_sent if name == dispatch.CLUSTER_EVENT]
+    assert to_task == [(second.pk, "started"), (second.pk, "succeeded")]
+
+    time.sleep(1.1)
+    messages_sent.clear()
+    third = a_new_run("third", "uid-third")
+    tasks.advance.apply(args=(third.pk,))
+    assert [name for name, _ in messages_sent if name == dispatch.CLUSTER_EVENT] == []
+    assert ("POST", f"/api/v1/namespaces/{NS}/events") in kube.requests
 
 
 def test_a_run_that_starts_waiting_for_a_person_says_so_with_the_command_that_approves_it(

@@ -7,12 +7,19 @@ and not at all after a rollback) or outside one (it leaves at once); only `next_
 which names no row, never waits. With the broker
 down, a send stops at the first failure and logs once, naming every message not sent and
 who catches up: the reconciler for runs and steps, nobody for best-effort messages.
+
+Cluster Events are the exception: in a worker's engine task (`events_in_task`, which
+workflows.tasks wraps around each) they are collected and emitted by the task itself once
+its work is done, not sent as messages of their own: a message costs the worker about as
+much CPU as the Event's API call, and two per run were half of a run's messages.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django.db import transaction
@@ -90,15 +97,44 @@ def step_cleanups(step_ids: Iterable[int]) -> None:
 AWAITING_APPROVAL = "awaiting_approval"
 
 
+#: The Events of the engine task running in this thread (events_in_task), or None.
+_task_events: contextvars.ContextVar[list[tuple[Any, ...]] | None] = contextvars.ContextVar(
+    "task_events", default=None
+)
+
+
 def cluster_event(run_id: int, outcome: str, text: str = "") -> None:
     """Record the run's outcome as an Event on its Cluster (`text`: its message, when the
-    engine writes it); best effort."""
-    _after_commit(
-        CLUSTER_EVENT,
-        [(run_id, outcome, text) if text else (run_id, outcome)],
-        action="event_enqueue_failed",
-        then="cluster event not sent",
-    )
+    engine writes it); best effort. After the commit: collected for the engine task that
+    runs this (events_in_task), else sent as a `workflows.cluster_event` message."""
+    args = (run_id, outcome, text) if text else (run_id, outcome)
+
+    def committed() -> None:
+        collected = _task_events.get()
+        if collected is None:
+            cluster_events([args])
+        else:
+            collected.append(args)
+
+    transaction.on_commit(committed)
+
+
+def cluster_events(calls: list[tuple[Any, ...]]) -> None:
+    """Send these Events (cluster_event's arguments) as messages now: the task retries them
+    while the API server is away."""
+    _send(CLUSTER_EVENT, calls, "event_enqueue_failed", "cluster event not sent", None)
+
+
+@contextlib.contextmanager
+def events_in_task() -> Iterator[list[tuple[Any, ...]]]:
+    """Collect the Cluster Events the engine asks for in this block (each once its
+    transaction commits) instead of sending them; the caller emits them."""
+    collected: list[tuple[Any, ...]] = []
+    token = _task_events.set(collected)
+    try:
+        yield collected
+    finally:
+        _task_events.reset(token)
 
 
 def _after_commit(

@@ -2,17 +2,25 @@
 a run that starts waiting for a person (what it asks, and the command that approves it).
 
 `kubectl describe cluster` then tells the story next to CAPI's own events. The worker emits
-them (never the hook path): the engine enqueues the `workflows.cluster_event` task after the
-transition commits, and the task calls `emit`. Best effort: an unreachable API server is
-retried a few times by the task, anything else is logged and dropped, and without a
-management cluster (no kubeconfig, not in a Pod: `make run` on a laptop) it logs once and
-skips. Reasons and messages are deterministic, so a repeat bumps the same Event's count.
+them (never the hook path): the engine task that made the transition emits its Events once
+its work is done (`emit_for_task`; workflows.engine.dispatch.events_in_task collects them
+after each commit); a transition made elsewhere (an operator's action) sends the
+`workflows.cluster_event` task, which calls `emit`. Best effort: an unreachable API server
+is retried a few times by that task (an engine task hands it the Events it could not emit,
+and for `PAUSE_SECONDS` sends it every Event rather than wait on the API server itself),
+anything else is logged and dropped, and without a management cluster (no kubeconfig, not
+in a Pod: `make run` on a laptop) it logs once and skips. Reasons and messages are
+deterministic, so a repeat bumps the same Event's count.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Sequence
+from typing import Any
 
+from workflows import errors
 from workflows.kube import k8s
 from workflows.models import Run
 
@@ -29,6 +37,11 @@ REASONS = {
 }
 
 _skipped_logged = False
+
+#: After an API server did not answer, engine tasks leave their Events to the retrying
+#: task for this long: each would otherwise wait up to k8s.REQUEST_TIMEOUT's connect time.
+PAUSE_SECONDS = 30.0
+_paused_until = 0.0
 
 
 def message(run: Run, outcome: str) -> str:
@@ -64,3 +77,22 @@ def emit(run_id: int, outcome: str, text: str = "") -> None:
         message=text or message(run, outcome),
         type="Warning" if outcome == FAILED else "Normal",
     )
+
+
+def emit_for_task(collected: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Emit an engine task's Events (`emit`'s arguments) in order; return those left for the
+    retrying task: from the first the API server did not answer on, or all while paused."""
+    global _paused_until
+    for done, args in enumerate(collected):
+        if time.monotonic() < _paused_until:
+            return list(collected[done:])
+        try:
+            emit(*args)
+        except errors.TemporaryError:
+            _paused_until = time.monotonic() + PAUSE_SECONDS
+            return list(collected[done:])
+        except errors.StepError:
+            logger.warning(
+                "cluster event dropped", extra={"action": "event_dropped", "run": args[0]}
+            )
+    return []
