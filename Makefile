@@ -8,7 +8,7 @@ REQUIREMENTS_SUM := $(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(REQUIREMENTS_SUM)
 STAMP := $(VENV)/.installed-dev-$(REQUIREMENTS_SUM)
 
-.PHONY: run test lint typecheck pytest services bench chromium podman image clean soak crds
+.PHONY: run test lint typecheck pytest services bench bench-fleet-10000 chromium podman image clean soak crds
 
 $(RUN_STAMP): requirements/base.txt requirements/run.txt requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -62,6 +62,13 @@ services:
 bench: $(STAMP) services
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+# Issue 16's 10,000-cluster fleet, computed retryAfterSeconds only, at an arrival rate one
+# 2-core box sustains (about 45 minutes); writes docs/fleet-10000.md.
+FLEET_ARRIVALS ?= 4
+bench-fleet-10000: $(STAMP) services
+	BENCH_FULL=1 BENCH_FLEET_PARTS=lifecycle BENCH_FLEET_MODES=computed \
+		BENCH_FLEET_ARRIVALS=$(FLEET_ARRIVALS) $(PY) -m bench.run --only fleet --output docs/fleet-10000.md
 
 # The browser test drives Debian's Chromium (Playwright's own browser downloads cannot
 # be reached): install it when missing and we may; otherwise say so, and the test skips.

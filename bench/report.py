@@ -35,6 +35,14 @@ def render(results: dict[str, Any], *, sizes: env.Sizes, quick: bool, minutes: f
         f"{minutes:.0f} minutes in all. Absolute figures move between runs on a machine that "
         "may be shared; the ratios to the baselines measured in the same run are what to compare.",
         "What the profiles showed and what changed: [performance.md](performance.md).",
+        *(
+            [
+                "The fleet at 10,000 clusters (`make bench-fleet-10000`): "
+                "[fleet-10000.md](fleet-10000.md)."
+            ]
+            if (env.ROOT / "docs" / "fleet-10000.md").exists()
+            else []
+        ),
         "",
         "| # | measure | figure | baseline (same run) | ratio | target | verdict |",
         "|---|---|---|---|---|---|---|",
