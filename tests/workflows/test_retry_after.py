@@ -164,7 +164,9 @@ def test_several_runs_answer_the_soonest_change_as_capi_combines_extensions(
     wf.template("backup", steps=[{"name": "settle", "type": "wait", "with": {"seconds": 2}}])
     wf.template("approve", steps=[{"name": "ok", "type": "approval"}], retryAfterSeconds=30)
     first = answers.answer(wf.call(), handler_name="test")
-    assert first.retry_after == 1, "both runs are due to start"
+    assert first.retry_after == 1, (
+        "both runs are due to start; the approval's may change as it starts (the wait's: 2 s)"
+    )
     assert first.linger_until is None, "a run not started yet is answered at once, not held"
     for run in Run.objects.all():
         scheduling.advance(run.pk)
@@ -290,3 +292,115 @@ def test_a_batched_step_keeps_its_beat_margin_once_it_is_due() -> None:
         )
         assert change is not None and change.margin == 1.25
         assert linger(change) == 0.0, "due: re-read now and on, within the beat"
+
+
+# --- A run not started yet: the least time its template takes --------------------------------
+
+
+def wait_step(name: str, seconds: float, *after: str, timeout: int | None = None) -> typed.Step:
+    return typed.Step(
+        name, "wait", {"seconds": seconds}, timeout_seconds=timeout, depends_on=tuple(after)
+    )
+
+
+def pending(
+    *steps: typed.Step,
+    wake_in: float = 0.0,
+    deadline_in: float | None = None,
+    late: float = 0.0,
+    linger: float = 1.0,
+    cap: int = 30,
+) -> retry.Wait:
+    """What a pending run of a template with `steps` answers (run_wait, as the hook path)."""
+    spec = typed.Template(hook="BeforeClusterUpgrade", steps=steps, retry_after_seconds=cap)
+    run = Run(
+        state=Run.State.PENDING,
+        spec=spec.as_spec(),
+        wake_at=at(wake_in),
+        deadline_at=at(deadline_in) if deadline_in is not None else None,
+    )
+    with override_settings(
+        RETRY_AFTER="computed", HOOK_LINGER_SECONDS=linger, POLL_BATCH_SECONDS=1
+    ):
+        return retry.run_wait(run, (), NOW, late=late)
+
+
+def test_a_new_run_whose_first_step_is_a_wait_answers_its_end_not_one_second() -> None:
+    """CAPI v1.12+ keeps the answer until retryAfterSeconds runs out (util/cache/cache.go
+    HookEntry.ShouldRequeue): a new run of a 4 s `wait` cannot succeed before it has started
+    (now at the earliest) and waited 4 s, so CAPI is sent back then, not in 1 s for a second
+    call that only learns the wait's end. Rounded down with linger: the call that comes at
+    the end lingers through the engine's margin. It is still answered at once."""
+    new = pending(wait_step("settle", 4))
+    assert new == retry.Wait(4, None), "4 s + 0.25 s margin, rounded down; not held"
+    assert pending(wait_step("settle", 4), linger=0.0).seconds == 5, "no linger: rounded up"
+    assert pending(wait_step("settle", 4.6)).seconds == 4, "at or just before the end"
+
+
+def test_parallel_waits_take_the_longest_path_and_sequential_ones_add() -> None:
+    parallel = (wait_step("a", 3), wait_step("b", 7), typed.Step("c", "noop"))
+    assert pending(*parallel).seconds == 7
+    chain = (
+        wait_step("a", 3),
+        wait_step("b", 4, "a"),
+        typed.Step("c", "http", {"url": "http://x"}, depends_on=("b",)),
+    )
+    assert pending(*chain).seconds == 7
+    diamond = (
+        typed.Step("start", "noop"),
+        wait_step("short", 2, "start"),
+        wait_step("long", 5, "start"),
+        wait_step("after", 3, "short", "long"),
+    )
+    assert pending(*diamond).seconds == 8, "start, the longer branch (5), then 3"
+
+
+def test_a_wait_that_times_out_first_weighs_its_timeout() -> None:
+    """A step fails once it has run timeoutSeconds: the run's answer changes then."""
+    assert pending(wait_step("a", 20, timeout=6)).seconds == 6
+
+
+def test_a_first_step_that_is_not_a_wait_answers_one_second() -> None:
+    """An approval or http step may be done at once: the run can change as it starts."""
+    assert pending(typed.Step("ok", "approval"), wait_step("then", 5, "ok")).seconds == 5, (
+        "the wait after it still counts: the approval may take no time"
+    )
+    assert pending(typed.Step("ok", "approval")).seconds == 1
+    assert pending(typed.Step("call", "http", {"url": "http://x"})).seconds == 1
+    assert pending(wait_step("zero", 0)).seconds == 1
+    assert pending().seconds == 1, "no steps"
+
+
+def test_the_least_time_is_capped_by_the_templates_retry_after_seconds() -> None:
+    assert pending(wait_step("long", 600), cap=30).seconds == 30
+
+
+def test_a_pending_run_behind_the_engine_adds_its_lateness_to_the_least_time() -> None:
+    assert pending(wait_step("settle", 4), late=20.0).seconds == 24
+    assert pending(wait_step("settle", 4), late=20.0).linger_until is None
+
+
+def test_a_deadline_before_the_least_time_comes_first() -> None:
+    """The answer turns at the deadline (render reads deadline_at): the earlier change."""
+    assert pending(wait_step("settle", 20), deadline_in=6.0).seconds == 6
+    assert pending(wait_step("settle", 4), deadline_in=9.0).seconds == 4
+
+
+def test_a_run_waiting_for_a_slot_answers_the_later_of_its_start_check_and_its_least_time() -> None:
+    """A blocked run looks again at wake_at (scheduling.START_RECHECK_SECONDS)."""
+    assert pending(wait_step("settle", 2), wake_in=5.0).seconds == 5, "its start check"
+    assert pending(wait_step("settle", 8), wake_in=5.0).seconds == 8, "its least time"
+    assert pending(typed.Step("ok", "noop"), wake_in=5.0).seconds == 5, "as before"
+
+
+def test_the_least_time_of_a_template_is_read_once() -> None:
+    spec = typed.Template(hook="BeforeClusterUpgrade", steps=(wait_step("a", 3),))
+    assert retry.least_seconds(spec) == 3.0
+    assert retry._least[id(spec)] == (spec, 3.0)
+
+
+def test_a_dependency_cycle_in_a_hand_edited_row_does_not_loop() -> None:
+    """apply refuses cycles and unknown steps (definitions.spec); a row edited by hand may
+    still have them: the path ends there, so the least time only gets shorter."""
+    loop = (wait_step("a", 3, "b"), wait_step("b", 4, "a"), wait_step("c", 2, "gone"))
+    assert retry.least_seconds(typed.Template(hook="BeforeClusterUpgrade", steps=loop)) >= 2

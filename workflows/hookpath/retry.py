@@ -8,7 +8,10 @@ cluster_controller.go` and `reconcile_state.go` add the entry at `time.Now() +
 retryAfterSeconds`). A fixed answer therefore holds the cluster up to that long after the work
 is done. This module answers with the time until the run's recorded state can next change:
 a `wait` step's end or a waiting step's next poll (its `due_at`), a retry's backoff (a ready
-step's `due_at`), a step's timeout, the run's deadline, or a pending run's next start check;
+step's `due_at`), a step's timeout, the run's deadline, or a pending run's next start check,
+or, when later, the least time its template takes from its start (`least_seconds`: the
+longest path of `wait` steps through dependsOn; a run cannot succeed before, so CAPI's
+second call comes at its end, not a second after the first to learn it);
 plus a margin for the engine to act, rounded up to whole seconds, never above the
 template's `retryAfterSeconds` and never below 1. When that moment has passed and the
 engine has not acted yet (the broker down, or an attempt that holds the step's lease while
@@ -40,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -54,6 +58,8 @@ ENGINE_MARGIN_SECONDS = 0.25
 #: A lingering call first re-reads this long after the change's moment: a countdown's outcome
 #: was recorded 10-30 ms after it in the fleet benchmark.
 SETTLE_SECONDS = 0.05
+#: The step type that cannot end before its `seconds` (workflows.steps.wait).
+WAIT_TYPE = "wait"
 
 
 def engine_behind(late: float) -> bool:
@@ -193,21 +199,95 @@ def run_wait(
         now=now,
     )
     window = settings.HOOK_LINGER_SECONDS
-    return Wait(
-        seconds(
-            change,
-            person=awaiting_person(steps),
-            spec=spec,
+    number = seconds(
+        change, person=awaiting_person(steps), spec=spec, now=now, late=late, linger=window
+    )
+    least = least_seconds(spec) if run.state == Run.State.PENDING and change is not None else 0
+    if least > 0:
+        # It cannot succeed before it has started (not before now) and waited out its
+        # template's waits: no call is worth making before then. Its deadline still
+        # comes first (next_change takes the earlier), and a later start check wins.
+        end = next_change(
+            state=run.state,
+            wake_at=now + datetime.timedelta(seconds=least),
+            deadline_at=run.deadline_at,
+            deadline_exceeded=run.deadline_exceeded,
+            steps=(),
             now=now,
-            late=late,
-            linger=window,
-        ),
-        # A run not started yet answers at once (1 s: a worker starts it now): CAPI sees
-        # at once that the hook holds, and a call never waits for a worker to pick a run up.
+        )
+        number = max(
+            number, seconds(end, person=False, spec=spec, now=now, late=late, linger=window)
+        )
+    return Wait(
+        number,
+        # A run not started yet answers at once (1 s, or its least time): CAPI sees at
+        # once that the hook holds, and a call never waits for a worker to pick a run up.
         linger_until(change, now=now, late=late, window=window)
         if run.state == Run.State.RUNNING
         else None,
     )
+
+
+def least_seconds(spec: typed.Template) -> float:
+    """The least time a run of `spec` takes from its start to succeed: the longest path
+    through its steps' dependsOn DAG, a `wait` step weighing its `seconds` (it waits that long
+    from its first run, workflows.steps.wait; at most its `timeoutSeconds`, when it fails)
+    and any other step 0.
+
+    A run succeeds only once every step is done (engine.scheduling._settle: StepRun.DONE,
+    succeeded or skipped), and a step runs only once its dependencies are done
+    (_promotable). A step is skipped only by an operator (operators.actions.step_skip), who
+    acts on a started run's steps, as a person may approve or release at any time: not a
+    change the engine can foresee. A template has no conditional steps, and no onFailure
+    mode lets a run succeed with a step not done. A failure may come sooner (a parallel
+    step, e.g. an `http`, can fail at once): it holds the cluster either way, and is seen at
+    the next call, never later than the template's `retryAfterSeconds`, the cap.
+
+    Cached per Template object (typed.of gives the same one for each distinct stored spec).
+    """
+    cached = _least.get(id(spec))
+    if cached is not None and cached[0] is spec:
+        return cached[1]
+    least = _longest_path(spec.steps)
+    with _least_lock:
+        if len(_least) >= typed.CACHE_SIZE:
+            _least.clear()  # templates rebuilt outside typed's cache (tests, operator paths)
+        _least[id(spec)] = (spec, least)
+    return least
+
+
+#: least_seconds by the Template's id; the entry holds the Template, so its id is not reused.
+_least: dict[int, tuple[typed.Template, float]] = {}
+_least_lock = threading.Lock()
+
+
+def _duration(step: typed.Step) -> float:
+    if step.type != WAIT_TYPE:
+        return 0.0
+    wait = step.params.get("seconds")
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or wait <= 0:
+        return 0.0
+    return float(min(wait, step.timeout_seconds)) if step.timeout_seconds else float(wait)
+
+
+def _longest_path(steps: Sequence[typed.Step]) -> float:
+    """The longest path's weight; an unknown dependency counts as done and a cycle (both
+    refused on apply, possible in a row edited by hand) ends the path: only ever less."""
+    by_name = {s.name: s for s in steps}
+    ends: dict[str, float] = {}
+
+    def end(step: typed.Step, seen: frozenset[str]) -> float:
+        if step.name in ends:
+            return ends[step.name]
+        seen = seen | {step.name}
+        start = max(
+            (end(by_name[d], seen) for d in step.depends_on if d in by_name and d not in seen),
+            default=0.0,
+        )
+        ends[step.name] = start + _duration(step)
+        return ends[step.name]
+
+    return max((end(s, frozenset()) for s in steps), default=0.0)
 
 
 def seconds(
