@@ -67,7 +67,9 @@ class Sizes:
     #: 6: clusters through the lifecycle, how many start per second, each hook's workflow
     #: (one `wait`), the templates' retryAfterSeconds; blocked clusters per capacity level.
     fleet_clusters: int = 1000
-    fleet_arrivals: float = 10.0
+    #: What one 2-core box runs without a backlog (hold/work 1.02 at 4 per second, 1.50 at
+    #: 6: docs/performance.md); 10 per second saturated it, so its figures were the box's.
+    fleet_arrivals: float = 4.0
     fleet_work_seconds: float = 4.0
     fleet_retry_after: int = 10
     capacity_levels: tuple[int, ...] = (1000, 2000, 4000, 8000)
