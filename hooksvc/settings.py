@@ -62,7 +62,8 @@ ENVIRONMENT: dict[str, str] = {
     " default 1",
     "HOOKSVC_POLL_BATCH_SIZE": "how many due waiting steps one batch claims, default 100",
     "HOOKSVC_POLL_BATCH_MIN_WAIT_SECONDS": "a step waiting at least this long is polled by a"
-    " batch; a shorter wait gets its own countdown message, default 5",
+    " batch; a shorter wait gets its own countdown message, default 5 (a `wait` step's end:"
+    " up to 30 s)",
     "HOOKSVC_POLL_LEASE_SECONDS": "how long a batch owns the steps it claimed (a killed worker's"
     " steps are polled again after it), default 60",
     "HOOKSVC_STEP_LEASE_SECONDS": "how long an attempt owns the step it claimed (a killed worker's"

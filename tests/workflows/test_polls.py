@@ -1,12 +1,12 @@
 """Batched polls in-process (no worker): what a batch claims, polls, writes and finishes.
 
-Covers: a long wait gets no countdown message and a short one does; the claim takes at
-most N due waiting steps of running runs, most overdue first, and leases them; a batch
-writes repeated polls back in one statement and leaves the run's row alone; Done, a
-failure and a timeout from a batch finish the run as the countdown path does; a row an
-operator moved on while it was leased is not overwritten; a batch hands back what it has
-not polled by half its lease; the reconciler leaves due waiting steps to the batch poller;
-bad batch settings stop the process with their name.
+Covers: a long wait gets no countdown message and a short one does (a timer's end up to
+30 s: on time); the claim takes at most N due waiting steps of running runs, most overdue
+first, and leases them; a batch writes repeated polls back in one statement and leaves the
+run's row alone; Done, a failure and a timeout from a batch finish the run as the countdown
+path does; a row an operator moved on while it was leased is not overwritten; a batch hands
+back what it has not polled by half its lease; the reconciler leaves due waiting steps to
+the batch poller; bad batch settings stop the process with their name.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -60,7 +61,7 @@ def _writes(statement: str) -> bool:
     return any(word in statement for word in ("UPDATE ", "INSERT ", "DELETE "))
 
 
-@pytest.mark.parametrize(("seconds", "countdown"), [(3600, False), (2, True)])
+@pytest.mark.parametrize(("seconds", "countdown"), [(3600, False), (25, True), (2, True)])
 def test_a_long_wait_gets_no_countdown_message_and_a_short_one_does(
     sent: list[tuple[str, Any]],
     django_capture_on_commit_callbacks: Any,
@@ -73,6 +74,19 @@ def test_a_long_wait_gets_no_countdown_message_and_a_short_one_does(
     step = StepRun.objects.get(run=run)
     assert step.state == "waiting"
     assert (("run_step_later", (step.pk,)) in sent) is countdown
+
+
+@pytest.mark.parametrize(
+    ("on_time", "after", "countdown"),
+    [(True, 29.0, True), (True, 31.0, False), (False, 29.0, False), (False, 4.0, True)],
+)
+def test_a_poll_asked_for_on_time_gets_a_countdown_up_to_30_seconds_ahead(
+    on_time: bool, after: float, countdown: bool
+) -> None:
+    """A timer's end (`wait`: Poll.on_time) is polled when it ends, not up to a beat later:
+    a hook held on it lets go then. A step that polls every 29 s stays the batch's."""
+    with override_settings(POLL_BATCH_MIN_WAIT_SECONDS=5):
+        assert attempts.needs_countdown("waiting", after, on_time=on_time) is countdown
 
 
 def test_the_claim_takes_at_most_n_due_waiting_steps_most_overdue_first(

@@ -84,13 +84,20 @@ def backoff(failures: int) -> float:
     return max(0.5, jitter(cap))
 
 
-def needs_countdown(state: str, after: float) -> bool:
+#: A poll asked for on time (Poll.on_time) gets a countdown up to this far ahead: beyond,
+#: a beat is under 3% of the wait, and the message would sit unacknowledged that long.
+ON_TIME_MAX_SECONDS = 30.0
+
+
+def needs_countdown(state: str, after: float, *, on_time: bool = False) -> bool:
     """A retry and a short wait get a countdown message; a long wait is the batch poller's.
 
     Batched polls (workflows.engine.polls) find waiting steps by their due_at, which saves a
-    message per poll but adds up to a beat period of latency: worth it only for long waits.
+    message per poll but adds up to a beat period of latency: worth it only for long waits,
+    and for a timer's end (`on_time`: polled once, not every few seconds) only past 30 s.
     """
-    return state != StepRun.State.WAITING or after < settings.POLL_BATCH_MIN_WAIT_SECONDS
+    limit = ON_TIME_MAX_SECONDS if on_time else settings.POLL_BATCH_MIN_WAIT_SECONDS
+    return state != StepRun.State.WAITING or after < limit
 
 
 # --- Run ------------------------------------------------------------------------------------
@@ -457,12 +464,10 @@ def _record_change(result: Result) -> Decision | None:
 
 def _countdown(step_id: int, state: str, decision: Decision, result: Result) -> None:
     """A step due again soon gets its countdown message (after commit); a long wait not.
-
-    Whether it is soon is judged from the attempt's own time, as the step asked; the
-    countdown is what is left of the wait now.
-    """
+    Soon is judged from the attempt's time, as asked; the countdown is what is left now."""
     due_at = decision.fields["due_at"]
-    if needs_countdown(state, (due_at - result.at).total_seconds()):
+    on_time = isinstance(result.outcome, registry.Poll) and result.outcome.on_time
+    if needs_countdown(state, (due_at - result.at).total_seconds(), on_time=on_time):
         dispatch.poll_step(step_id, max(0.0, (due_at - clock.now()).total_seconds()))
 
 

@@ -157,7 +157,9 @@ def _margin(step: StepTimes, due_at: datetime.datetime, now: datetime.datetime) 
 
     How far ahead its poll was set is measured from when it started (its last poll is not
     read), so that a batched step keeps its margin once it is due: a step polled often for
-    long is taken for a batched one, which only widens its margin.
+    long is taken for a batched one, which only widens its margin. So is a `wait` of 5-30 s,
+    polled on time by a countdown (attempts.ON_TIME_MAX_SECONDS): a call that comes before
+    it lingers through the change all the same.
     """
     since = min(step.started_at or now, now)
     if (

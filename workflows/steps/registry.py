@@ -40,11 +40,16 @@ class Done:
 
 @dataclasses.dataclass(frozen=True)
 class Poll:
-    """The step started or is still waiting: call it again after `after` seconds."""
+    """The step started or is still waiting: call it again after `after` seconds.
+
+    `on_time`: the step ends at that moment (a timer), so the call should come then, not up
+    to a batch poll's period later (workflows.engine.attempts.needs_countdown).
+    """
 
     after: float
     message: str = ""
     output: Mapping[str, Any] | None = None
+    on_time: bool = False
 
 
 Outcome = Done | Poll

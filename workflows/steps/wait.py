@@ -17,4 +17,7 @@ def wait(ctx: registry.StepContext) -> registry.Outcome:
     until = ctx.memo.setdefault("until", now + float(ctx.params["seconds"]))
     if now >= until:
         return registry.Done({"waitedSeconds": ctx.params["seconds"]})
-    return registry.Poll(after=until - now, message=f"waiting {ctx.params['seconds']:g} s")
+    # On time: a hook held on this wait lets go as soon as it ends (not a beat later).
+    return registry.Poll(
+        after=until - now, message=f"waiting {ctx.params['seconds']:g} s", on_time=True
+    )
