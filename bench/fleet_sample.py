@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -40,13 +39,7 @@ def beat(extra_env: Mapping[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     try:
         yield process
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        procs.stop_group(process)
 
 
 @dataclasses.dataclass
