@@ -164,6 +164,16 @@ def section(report: Any, sizes: env.Sizes) -> list[str]:
             ),
             ("runs and checks", _health),
             ("hook calls with an error (5xx, transport, Failure)", lambda m: f"{m.errors}"),
+            (
+                "VACUUM / ANALYZE in autovacuum's stead (the server has it off)",
+                lambda m: (
+                    ", ".join(
+                        f"{table.removeprefix('workflows_')} {n}"
+                        for table, n in sorted(m.samples.vacuums.items())
+                    )
+                    or "none (autovacuum on, or nothing to do)"
+                ),
+            ),
             ("benchmark time", lambda m: f"{m.seconds:.0f} s"),
         ]
         for label, cell in rows:
