@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.test import override_settings
 
 from tests.steps.conftest import CLUSTER, CLUSTER_UID, NS
@@ -166,6 +167,29 @@ def test_an_engine_task_emits_its_runs_events_itself_without_a_message(
         "HooksvcWorkflowSucceeded",
     ]
     assert [name for name, _ in messages_sent] == [dispatch.ADVANCE], "the hook's message only"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_engine_task_calls_the_api_server_with_no_transaction_open(
+    kube: KubeEmulator,
+    messages_sent: list[tuple[str, tuple[Any, ...]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As a step's own I/O (ARCHITECTURE invariant 8): an Event is collected when its
+    transition commits and emitted after the engine's work, never inside its transaction,
+    so a slow API server holds no row lock."""
+    in_transaction: list[bool] = []
+    emit = events.emit
+
+    def observed(*args: Any) -> None:
+        in_transaction.append(connection.in_atomic_block)
+        emit(*args)
+
+    monkeypatch.setattr(events, "emit", observed)
+    run = a_new_run()
+    tasks.advance.apply(args=(run.pk,))
+    assert in_transaction == [False, False]
+    assert len(cluster_events(kube)) == 2
 
 
 @pytest.mark.django_db(transaction=True)
