@@ -84,8 +84,8 @@ def backoff(failures: int) -> float:
     return max(0.5, jitter(cap))
 
 
-#: A poll asked for on time (Poll.on_time) gets a countdown up to this far ahead: beyond,
-#: a beat is under 3% of the wait, and the message would sit unacknowledged that long.
+#: Poll.on_time gets a countdown up to this far ahead: beyond, a beat is under 3% of the wait,
+#: and an ETA message sits unacked so long (kombu's redis QoS.restore_visible redelivers it).
 ON_TIME_MAX_SECONDS = 30.0
 
 

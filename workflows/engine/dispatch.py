@@ -10,8 +10,9 @@ who catches up: the reconciler for runs and steps, nobody for best-effort messag
 
 Cluster Events are the exception: in a worker's engine task (`events_in_task`, which
 workflows.tasks wraps around each) they are collected and emitted by the task itself once
-its work is done, not sent as messages of their own: a message costs the worker about as
-much CPU as the Event's API call, and two per run were half of a run's messages.
+its work is done, not sent as messages of their own: they were two of a run's four
+messages, and each message costs the worker's main process two Redis MULTIs (delivery and
+acknowledgement) and a child its publish (py-spy: docs/performance.md).
 """
 
 from __future__ import annotations
