@@ -125,24 +125,26 @@ def autovacuum_standin(samples: Samples, stop: threading.Event) -> None:
     this database's connection, its CPU counts as PostgreSQL's."""
     from django.db import connection
 
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW autovacuum")
-        if cursor.fetchone()[0] == "on":
-            return
-    while not stop.wait(AUTOVACUUM_NAPTIME):
+    try:
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT relname, n_dead_tup > %s + %s * n_live_tup,"
-                " n_mod_since_analyze > %s + %s * n_live_tup"
-                " FROM pg_stat_user_tables WHERE relname LIKE 'workflows_%%'",
-                [VACUUM_BASE, VACUUM_SCALE, VACUUM_BASE, ANALYZE_SCALE],
-            )
-            for table, vacuum, analyze in cursor.fetchall():
-                if vacuum or analyze:
-                    what = "VACUUM (ANALYZE)" if vacuum else "ANALYZE"
-                    cursor.execute(f"{what} {connection.ops.quote_name(table)}")
-                    samples.vacuums[table] = samples.vacuums.get(table, 0) + 1
-    connection.close()
+            cursor.execute("SHOW autovacuum")
+            if cursor.fetchone()[0] == "on":
+                return
+        while not stop.wait(AUTOVACUUM_NAPTIME):
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT relname, n_dead_tup > %s + %s * n_live_tup,"
+                    " n_mod_since_analyze > %s + %s * n_live_tup"
+                    " FROM pg_stat_user_tables WHERE relname LIKE 'workflows_%%'",
+                    [VACUUM_BASE, VACUUM_SCALE, VACUUM_BASE, ANALYZE_SCALE],
+                )
+                for table, vacuum, analyze in cursor.fetchall():
+                    if vacuum or analyze:
+                        what = "VACUUM (ANALYZE)" if vacuum else "ANALYZE"
+                        cursor.execute(f"{what} {connection.ops.quote_name(table)}")
+                        samples.vacuums[table] = samples.vacuums.get(table, 0) + 1
+    finally:
+        connection.close()  # this thread's own connection
 
 
 @contextlib.contextmanager
