@@ -1,56 +1,32 @@
-"""`backup_pvs` against the emulator: CSI snapshots and Velero backups in the workload cluster.
+"""`backup_pvs` with CSI snapshots against the emulator, and what both backends share.
 
-CSI: the emulator's external-snapshotter (`kube_storage.SnapshotController`) binds, errors
-and readies the snapshots; the tests check which PVCs are snapshotted (Bound, CSI) with
-which class (per driver), that an error is waited out, what is recorded of each snapshot,
-and the Retain rule before a deletion. Velero: the emulator's Velero
-(`kube_velero.VeleroServer`) completes, fails validation, restarts mid-backup, skips
-volumes or fails some; the tests check the retries, the volume counts and the messages.
-Also a missing kubeconfig Secret and an unreachable API server.
+The emulator's external-snapshotter (`kube_storage.SnapshotController`) binds, errors and
+readies the snapshots; the tests check which PVCs are snapshotted (Bound, CSI) with which
+class (per driver), that an error is waited out, what is recorded of each snapshot, and the
+Retain rule before a deletion. Also a missing kubeconfig Secret and an unreachable API
+server. The velero backend: test_backup_pvs_velero.py.
 """
 
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
 import pytest
 
 from tests.steps.conftest import CLUSTER, NS, Context, run
+from tests.steps.pvcs import FAST, SLOW, put, put_pvcs
 from tests.support.kube import KubeEmulator, eventually
-from tests.support.kube_storage import SnapshotController, snapshot_class, volume
-from tests.support.kube_velero import RESTART_REASON, VeleroServer
+from tests.support.kube_storage import SnapshotController, snapshot_class
 from workflows import errors
 from workflows.kube import k8s
 from workflows.steps import registry
 
 SNAP = ("snapshot.storage.k8s.io", "v1", "volumesnapshots")
-BACKUP = ("velero.io", "v1", "backups")
-FAST, SLOW = "fast.csi.example.com", "slow.csi.example.com"
-
-
-def put(kube: KubeEmulator, *objects: dict[str, Any]) -> None:
-    for obj in objects:
-        if obj["kind"] == "PersistentVolumeClaim":
-            namespace = {"apiVersion": "v1", "kind": "Namespace"}
-            kube.put_object({**namespace, "metadata": {"name": obj["metadata"]["namespace"]}})
-        kube.put_object(obj)
 
 
 @pytest.fixture
 def pvcs(kube: KubeEmulator) -> None:
-    """shop/db on the fast driver, blog/content on the slow one (both chosen); blog/draft not
-    bound and blog/legacy not CSI (chosen, skipped); shop/cache and other/data not chosen."""
-    backup = {"backup": "yes"}
-    put(kube, *volume("shop", "db", driver=FAST, size="10Gi", labels=backup))
-    put(kube, *volume("shop", "cache", driver=FAST))
-    put(kube, *volume("blog", "content", driver=SLOW, labels=backup))
-    put(kube, *volume("blog", "draft", bound=False, labels=backup))
-    put(kube, *volume("blog", "legacy", driver=None, labels=backup))
-    put(kube, *volume("other", "data", driver=FAST, labels=backup))
-    put(kube, snapshot_class("fast-delete", FAST, "Delete", default=True))
-    put(kube, snapshot_class("fast-retain", FAST, "Retain"))
-    put(kube, snapshot_class("slow-retain", SLOW, "Retain", default=True))
+    put_pvcs(kube)
 
 
 CSI = {"namespaces": ["shop", "blog"], "labelSelector": {"backup": "yes"}, "pollSeconds": 5}
@@ -219,192 +195,6 @@ def test_csi_before_deletion_needs_every_class_it_uses_to_retain_checked_when_it
         run(context("backup_pvs", retained, hook="BeforeClusterDelete")), registry.Poll
     )
     assert len(kube.list_objects(*SNAP)) == 2
-
-
-VELERO: dict[str, Any] = {
-    "backend": "velero",
-    "namespaces": ["shop"],
-    "labelSelector": {"backup": "yes"},
-    "ttl": "240h0m0s",
-    "pollSeconds": 1,
-}
-
-
-@pytest.fixture
-def velero_namespace(kube: KubeEmulator) -> None:
-    kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "velero"}})
-
-
-def finish(ctx: registry.StepContext) -> registry.Done:
-    """Poll the step until it is done (the emulator's Velero works meanwhile)."""
-    outcomes: list[registry.Outcome] = []
-
-    def done() -> bool:
-        outcomes.append(run(ctx))
-        return isinstance(outcomes[-1], registry.Done)
-
-    eventually("the backup", done)
-    last = outcomes[-1]
-    assert isinstance(last, registry.Done)
-    return last
-
-
-@pytest.mark.usefixtures("pvcs", "velero_namespace")
-def test_velero_backs_up_the_chosen_namespaces_and_counts_their_volume_snapshots(
-    kube: KubeEmulator, context: Context
-) -> None:
-    """velero pkg/apis/velero/v1/backup_types.go (spec, phases, csiVolumeSnapshots* counts),
-    with kube_velero.VeleroServer snapshotting CSI volumes."""
-    kube.add_controller(VeleroServer(volume_snapshotter="csi"))
-    params = {**VELERO, "defaultVolumesToFsBackup": False, "snapshotMoveData": True}
-    ctx = context("backup_pvs", params, hook="BeforeClusterDelete")
-    first = run(ctx)
-    assert isinstance(first, registry.Poll)
-    [backup] = kube.list_objects(*BACKUP)
-    assert backup["metadata"]["name"] == "hooksvc-7-backup"
-    assert backup["spec"] == {
-        "includedNamespaces": ["shop"],
-        "labelSelector": {"matchLabels": {"backup": "yes"}},
-        "snapshotVolumes": True,
-        "ttl": "240h0m0s",
-        "defaultVolumesToFsBackup": False,
-        "snapshotMoveData": True,
-    }
-    # A second start finds the Backup the first one made.
-    assert isinstance(run(context("backup_pvs", params, hook="BeforeClusterDelete")), registry.Poll)
-    assert len(kube.list_objects(*BACKUP)) == 1
-    done = finish(ctx)
-    assert done.output["backup"] == {
-        "namespace": "velero",
-        "name": "hooksvc-7-backup",
-        "phase": "Completed",
-        "csiVolumeSnapshotsAttempted": 1,
-        "csiVolumeSnapshotsCompleted": 1,
-        "backupItemOperationsAttempted": 1,
-        "backupItemOperationsCompleted": 1,
-    }
-    assert done.output["volumesCovered"] == 1
-    assert done.output["attempts"] == [{"name": "hooksvc-7-backup", "phase": "Completed"}]
-
-
-@pytest.mark.usefixtures("pvcs", "velero_namespace")
-def test_a_backup_failed_by_a_velero_restart_is_started_again_under_a_new_name(
-    kube: KubeEmulator, context: Context
-) -> None:
-    """velero pkg/cmd/server/server.go markInProgressBackupsFailed: a restarting server marks
-    InProgress Backups Failed and never resumes them (VeleroServer restarts once)."""
-    kube.add_controller(VeleroServer(restarts=1))
-    ctx = context("backup_pvs", VELERO)
-    done = finish(ctx)
-    assert [b["metadata"]["name"] for b in kube.list_objects(*BACKUP)] == [
-        "hooksvc-7-backup",
-        "hooksvc-7-backup-a2",
-    ]
-    assert done.output["attempts"] == [
-        {"name": "hooksvc-7-backup", "phase": "Failed", "failureReason": RESTART_REASON},
-        {"name": "hooksvc-7-backup-a2", "phase": "Completed"},
-    ]
-    assert done.output["backup"]["phase"] == "Completed"
-
-
-@pytest.mark.usefixtures("pvcs", "velero_namespace")
-def test_backups_failed_on_every_attempt_fail_the_step_with_veleros_reason(
-    kube: KubeEmulator, context: Context
-) -> None:
-    kube.add_controller(VeleroServer(restarts=5))
-    ctx = context("backup_pvs", {**VELERO, "backupAttempts": 2})
-
-    def failed() -> bool:
-        try:
-            run(ctx)
-        except errors.PermanentError as exc:
-            assert exc.message == (
-                "Backup velero/hooksvc-7-backup-a2 ended in phase Failed after 2 attempts: "
-                + RESTART_REASON
-            )
-            return True
-        return False
-
-    eventually("the failure", failed)
-    assert len(kube.list_objects(*BACKUP)) == 2
-
-
-@pytest.mark.usefixtures("pvcs", "velero_namespace")
-def test_a_completed_backup_without_its_volume_snapshots_fails_the_step(
-    kube: KubeEmulator, context: Context
-) -> None:
-    """velero pkg/backup/item_backupper.go takePVSnapshot: a volume with no applicable
-    volume snapshotter is skipped and the Backup still completes (VeleroServer with none)."""
-    kube.add_controller(VeleroServer(volume_snapshotter=None))
-    ctx = context("backup_pvs", VELERO)
-
-    def failed() -> bool:
-        try:
-            run(ctx)
-        except errors.PermanentError as exc:
-            assert exc.message == (
-                "Backup velero/hooksvc-7-backup completed but backed up 0 of 1 volumes "
-                "(Velero skips a volume it has no snapshotter for)"
-            )
-            return True
-        return False
-
-    eventually("the failure", failed)
-    # Without volume snapshots asked for, the same Completed passes.
-    fs = context("backup_pvs", {**VELERO, "defaultVolumesToFsBackup": True}, run_id=8)
-    assert finish(fs).output["volumeCheck"].startswith("not checked")
-
-
-@pytest.mark.parametrize("allow", [False, True])
-@pytest.mark.usefixtures("pvcs", "velero_namespace")
-def test_a_partially_failed_backup_passes_only_when_the_template_allows_it(
-    kube: KubeEmulator, context: Context, allow: bool
-) -> None:
-    """backup_types.go: PartiallyFailed, "encountered 1+ errors backing up individual
-    items" (VeleroServer fails a volume snapshot)."""
-    kube.add_controller(VeleroServer(failing=1))
-    ctx = context("backup_pvs", {**VELERO, "allowPartiallyFailed": allow})
-    if allow:
-        assert finish(ctx).output["backup"]["errors"] == 1
-        return
-
-    def failed() -> bool:
-        try:
-            run(ctx)
-        except errors.PermanentError as exc:
-            assert exc.message == "Backup velero/hooksvc-7-backup ended in phase PartiallyFailed"
-            assert exc.output is not None and exc.output["backup"]["errors"] == 1
-            return True
-        return False
-
-    eventually("the failure", failed)
-
-
-@pytest.mark.usefixtures("velero_namespace")
-def test_a_backup_that_fails_validation_names_veleros_validation_errors(
-    kube: KubeEmulator, context: Context
-) -> None:
-    """velero pkg/controller/backup_controller.go prepareBackupRequest: a storage location
-    that does not exist is a validation error; FailedValidation is not retried."""
-    kube.add_controller(VeleroServer())
-    ctx = context("backup_pvs", {**VELERO, "storageLocation": "offsite"})
-
-    def failed() -> bool:
-        try:
-            run(ctx)
-        except errors.PermanentError as exc:
-            assert exc.message == (
-                "Backup velero/hooksvc-7-backup ended in phase FailedValidation: an existing "
-                "backup storage location was not specified at backup creation time and the "
-                "default offsite was not found. Please address this issue (see `velero "
-                "backup-location -h` for options) and create a new backup. Error: "
-                'backupstoragelocations.velero.io "offsite" not found'
-            )
-            return True
-        return False
-
-    eventually("the failure", failed)
-    assert len(kube.list_objects(*BACKUP)) == 1
 
 
 def test_velero_parameters_are_refused_with_the_csi_backend() -> None:

@@ -1,8 +1,8 @@
 """The resources the Kubernetes API emulator serves from the start, and how it names them.
 
 Built-ins of kube-apiserver, plus the CRD-defined kinds the steps use (CAPI Clusters, CSI
-snapshots, Velero Backups) declared as if installed; a CRD created through the API adds
-its own (`kube_crds`).
+snapshots, Velero's Backups, BackupStorageLocations and PodVolumeBackups) declared as if
+installed; a CRD created through the API adds its own (`kube_crds`).
 """
 
 from __future__ import annotations
@@ -74,5 +74,14 @@ BUILTINS: tuple[Resource, ...] = (
     Resource(
         "snapshot.storage.k8s.io", "v1", "volumesnapshotcontents", "VolumeSnapshotContent", False
     ),
-    Resource("velero.io", "v1", "backups", "Backup", namespaced=True),
+    # Velero's CRDs have no status subresource (velero config/crd/v1/bases): one patch
+    # writes spec and status.
+    *(
+        Resource("velero.io", "v1", plural, kind, namespaced=True, status=False)
+        for plural, kind in (
+            ("backups", "Backup"),
+            ("backupstoragelocations", "BackupStorageLocation"),
+            ("podvolumebackups", "PodVolumeBackup"),
+        )
+    ),
 )

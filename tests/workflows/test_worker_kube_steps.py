@@ -3,7 +3,8 @@
 CAPI calls the hook over HTTPS; the worker (its management cluster is the emulator, through
 HOOKSVC_KUBECONFIG) reads the workload kubeconfig Secret, snapshots the PVC and polls; the
 test plays the snapshot controller; the run's start and success end up as Events on the
-Cluster. A conformance step cancelled by an operator, or by `onDeadline: Fail`, has its
+Cluster. Velero's Backups: a restart mid-backup, and a storage location unavailable at first.
+A conformance step cancelled by an operator, or by `onDeadline: Fail`, has its
 Namespace and ClusterRoleBinding deleted by the worker's cleanup task.
 
 (Named to run after test_outages.py: that module expects no worker to be running yet.)
@@ -21,7 +22,7 @@ from tests.support import capi, servers
 from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
 from tests.support.kube_storage import SnapshotController, snapshot_class, volume
-from tests.support.kube_velero import VeleroServer
+from tests.support.kube_velero import VeleroServer, storage_location
 from tests.support.worker import Worker
 from workflows.engine import clock, dispatch
 from workflows.models import Run, RunEvent
@@ -142,16 +143,11 @@ def test_an_api_server_that_fails_and_goes_down_delays_the_run_but_nothing_happe
     assert run.steps.get().failures >= 2, "the 500s and 429s were retried"
 
 
-def test_a_velero_restart_mid_backup_is_met_with_a_new_backup_and_the_hook_holds_until_it_ends(
-    hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
-) -> None:
-    """vmware-tanzu/velero pkg/cmd/server/server.go markInProgressBackupsFailed: a restarted
-    Velero marks the InProgress Backup Failed and never resumes it. The emulator's Velero
-    restarts during the first Backup; the worker starts a second one and holds the deletion
-    until it completes with its volume snapshotted."""
+def velero_setup(kube: KubeEmulator) -> None:
+    """backup_setup's cluster with Velero's namespace, and a template that backs up with
+    Velero before a deletion."""
     backup_setup(kube)
     kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "velero"}})
-    kube.add_controller(VeleroServer(restarts=1, duration=2))
     step = {
         "name": "backup",
         "type": "backup_pvs",
@@ -161,22 +157,71 @@ def test_a_velero_restart_mid_backup_is_met_with_a_new_backup_and_the_hook_holds
         "backup-before-delete", hook="BeforeClusterDelete", retryAfterSeconds=1, steps=[step]
     )
 
-    def call() -> dict[str, Any]:
-        cluster = capi.cluster_v1beta2(name=CLUSTER, namespace=NS, uid=CLUSTER_UID)
-        hook = "BeforeClusterDelete"
-        status, body = hook_server.post(capi.hook_path(hook), capi.hook_request(hook, cluster))
-        assert status == 200, body
-        return body
 
-    assert call()["retryAfterSeconds"] == 1
+def call_delete(server: servers.HookServer) -> dict[str, Any]:
+    cluster = capi.cluster_v1beta2(name=CLUSTER, namespace=NS, uid=CLUSTER_UID)
+    hook = "BeforeClusterDelete"
+    status, body = server.post(capi.hook_path(hook), capi.hook_request(hook, cluster))
+    assert status == 200, body
+    return body
+
+
+def test_a_velero_restart_mid_backup_is_met_with_a_new_backup_and_the_hook_holds_until_it_ends(
+    hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
+) -> None:
+    """vmware-tanzu/velero pkg/cmd/server/server.go markInProgressBackupsFailed: a restarted
+    Velero marks the InProgress Backup Failed and never resumes it. The emulator's Velero
+    restarts during the first Backup; the worker starts a second one and holds the deletion
+    until it completes with its volume snapshotted."""
+    velero_setup(kube)
+    kube.add_controller(VeleroServer(restarts=1, duration=2))
+    assert call_delete(hook_server)["retryAfterSeconds"] == 1
     wait_for("the second backup", lambda: len(kube.list_objects("velero.io", "v1", "backups")) == 2)
-    assert call()["retryAfterSeconds"] == 1, "held while the second backup runs"
-    wait_for("the deletion to proceed", lambda: call()["retryAfterSeconds"] == 0)
+    assert call_delete(hook_server)["retryAfterSeconds"] == 1, "held while the second backup runs"
+    wait_for("the deletion to proceed", lambda: call_delete(hook_server)["retryAfterSeconds"] == 0)
     run = Run.objects.get()
     assert run.state == "succeeded"
     output = run.steps.get().output
     assert [a["phase"] for a in output["attempts"]] == ["Failed", "Completed"]
     assert output["backup"]["csiVolumeSnapshotsCompleted"] == 1
+
+
+def test_a_storage_location_unavailable_at_first_holds_the_deletion_until_a_new_backup_ends(
+    hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
+) -> None:
+    """vmware-tanzu/velero (main d30d389b) pkg/controller/backup_controller.go
+    prepareBackupRequest: a BackupStorageLocation not Available fails the Backup's
+    validation ("... is in Unavailable status."); backup_storage_location_controller.go sets
+    it Available at its next validation. Through the worker, whose memo carries the
+    attempts: the deletion is held, no second Backup is made while the location is
+    Unavailable, one is once it is Available, and the deletion proceeds when it completes."""
+    velero_setup(kube)
+    kube.put_object(storage_location("default", phase="Unavailable", default=True))
+    kube.add_controller(VeleroServer(duration=0.5))
+    assert call_delete(hook_server)["retryAfterSeconds"] == 1
+    wait_for(
+        "the wait for the location",
+        lambda: (
+            Run.objects.get()
+            .steps.filter(message__contains="waiting for BackupStorageLocation velero/default")
+            .exists()
+        ),
+    )
+    assert call_delete(hook_server)["retryAfterSeconds"] == 1, "held"
+
+    def location_reads() -> int:
+        return sum(1 for _, path in kube.requests if "/backupstoragelocations/default" in path)
+
+    wait_for("three reads of the location by the worker", lambda: location_reads() >= 3)
+    assert len(kube.list_objects("velero.io", "v1", "backups")) == 1
+    kube.set_status("velero.io", "v1", "backupstoragelocations", "velero", "default",
+                    {"phase": "Available", "message": None})  # fmt: skip
+    wait_for("the deletion to proceed", lambda: call_delete(hook_server)["retryAfterSeconds"] == 0)
+    run = Run.objects.get()
+    assert run.state == "succeeded"
+    output = run.steps.get().output
+    assert [a["phase"] for a in output["attempts"]] == ["FailedValidation", "Completed"]
+    assert len(kube.list_objects("velero.io", "v1", "backups")) == 2
 
 
 def conformance_setup(kube: KubeEmulator, **spec_fields: Any) -> None:

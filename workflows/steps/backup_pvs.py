@@ -3,8 +3,9 @@
 `backend: csi` makes a `snapshot.storage.k8s.io/v1` VolumeSnapshot per Bound CSI volume
 (`workflows.steps.csi_snapshots`) and is done when every one is `readyToUse`.
 `backend: velero` makes one `velero.io/v1` Backup in Velero's namespace, and another when
-Velero drops it (`workflows.steps.velero_backups`), and is done when it is `Completed`
-with its volumes backed up. Both run in the workload cluster.
+Velero drops it or its storage location was unavailable (`workflows.steps.velero_backups`),
+and is done when it is `Completed` with the volumes it covers backed up, as Velero wrote
+the Backup (`workflows.steps.velero_volumes`). Both run in the workload cluster.
 
 Before a deletion a snapshot must outlive the cluster: a VolumeSnapshotClass whose
 deletionPolicy is `Delete` removes the storage snapshot together with the VolumeSnapshot,
@@ -56,11 +57,14 @@ PARAMS = {
     "snapshotVolumes": registry.Param(bool, default=True),
     "ttl": registry.Param(str, default="720h0m0s"),
     "allowPartiallyFailed": registry.Param(bool, default=False),
-    #: velero: back up volumes with Velero's file system backup (no snapshots counted).
+    #: velero: back up mounted volumes with Velero's file system backup (unset: the
+    #: server's `--default-volumes-to-fs-backup`).
     "defaultVolumesToFsBackup": registry.Param(bool),
-    #: velero: move CSI snapshot data to the backup storage (Velero's data mover).
+    #: velero: move CSI snapshot data to the backup storage (Velero's data mover; unset: the
+    #: server's `--default-snapshot-move-data`).
     "snapshotMoveData": registry.Param(bool),
-    #: velero: Backups started in all when one ends Failed (a Velero restart fails it).
+    #: velero: Backups started in all when one ends Failed (a Velero restart fails it), or
+    #: fails validation because its storage location is unavailable.
     "backupAttempts": registry.Param(int, default=3, minimum=1),
     "pollSeconds": registry.Param((int, float), default=10, minimum=1),
 }

@@ -1,36 +1,49 @@
-"""The velero backend of `backup_pvs`: one Velero Backup, started again if Velero drops it.
+"""The velero backend of `backup_pvs`: one Velero Backup, started again when Velero drops it.
 
-Follows vmware-tanzu/velero (pkg/apis/velero/v1/backup_types.go for the spec, the phases
-and the status counts):
+Follows vmware-tanzu/velero main at d30d389b (2026-05-20; the backup, queue, operations and
+finalizer controllers of v1.18.1), pkg/apis/velero/v1/backup_types.go for the fields and
+phases; the emulator's Velero (tests/support/kube_velero.py) is written from the same code.
 
+- Velero moves a Backup through `New`, `Queued`, `ReadyToStart` (the queue of v1.18),
+  `InProgress`, `WaitingForPluginOperations[PartiallyFailed]` and
+  `Finalizing[PartiallyFailed]` to `Completed`, `PartiallyFailed`, `Failed` or
+  `FailedValidation`; `Deleting` when someone deletes it. The step waits through the first
+  ones; one that does not end (queued behind another Backup, an operation still running)
+  fails the step at its timeout, naming the phase.
+- The Backup is judged as Velero wrote it, not by the step's parameters: prepareBackupRequest
+  writes the server's defaults (`--default-volumes-to-fs-backup`,
+  `--default-snapshot-move-data`, the default storage location, the excluded namespaces)
+  into its `spec` (`workflows.steps.velero_volumes` counts its volumes from that spec).
 - A Velero server that restarts marks every InProgress Backup `Failed` and never resumes it
   (pkg/cmd/server/server.go, markInProgressBackupsFailed). A `Failed` Backup is therefore
   started again under a new name (`<name>-a2`, ...), up to `backupAttempts` Backups in all.
-  `FailedValidation` is not retried: the same spec would fail the same way.
-- `Completed` does not mean the volumes were backed up: Velero skips a volume it has no
-  snapshotter for (pkg/backup/item_backupper.go, takePVSnapshot: "no applicable
-  volumesnapshotter found") and still completes. With `snapshotVolumes` and no file system
-  backup, the step counts the Bound PVCs the Backup covers and requires as many completed
-  volume snapshots (`volumeSnapshotsCompleted` + `csiVolumeSnapshotsCompleted`, or with
-  `snapshotMoveData` the completed data uploads, `backupItemOperationsCompleted`).
+- `FailedValidation` whose every validation error heals (prepareBackupRequest: the storage
+  location "is in Unavailable status.", or reading the location, the namespaces or the
+  snapshot locations failed) is not final either: the step waits until the
+  BackupStorageLocation the Backup names is `Available` again (Velero revalidates it every
+  `--store-validation-frequency`, a minute by default), then starts a new Backup; bounded by
+  `backupAttempts` Backups and by the step's timeout. Any other validation error would fail
+  the same spec again: the step fails.
 - `PartiallyFailed` passes only with `allowPartiallyFailed`.
 - A failure carries Velero's `failureReason` and `validationErrors`, bounded.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from workflows import errors
 from workflows.kube import k8s
-from workflows.steps import objects, registry
+from workflows.steps import objects, registry, velero_volumes
 
-VELERO_API = "velero.io/v1"
+VELERO_API = velero_volumes.VELERO_API
 JSON = dict[str, Any]
 #: Status fields the output keeps, as Velero names them.
 COUNTS = (
     "errors",
     "warnings",
+    "queuePosition",
     "volumeSnapshotsAttempted",
     "volumeSnapshotsCompleted",
     "csiVolumeSnapshotsAttempted",
@@ -38,6 +51,15 @@ COUNTS = (
     "backupItemOperationsAttempted",
     "backupItemOperationsCompleted",
     "backupItemOperationsFailed",
+)
+FINAL = ("Completed", "PartiallyFailed", "Failed", "FailedValidation", "Deleting")
+#: prepareBackupRequest's validation errors that the next Backup may not meet.
+HEALING = re.compile(
+    r"backup can't be created because BackupStorageLocation \S+ is in Unavailable status\."
+    r"|error getting backup storage location: .*"
+    r"|error getting namespace list: .*"
+    r"|error listing volume snapshot locations: .*",
+    re.DOTALL,
 )
 #: What a failure message quotes of Velero's own words.
 MAX_REASON_CHARS, MAX_VALIDATION_ERRORS = 300, 3
@@ -74,22 +96,6 @@ def _create(ctx: registry.StepContext, api: k8s.ApiClient, attempt: int) -> None
     ctx.memo["attempt"] = attempt
 
 
-def _volumes(ctx: registry.StepContext, api: k8s.ApiClient) -> int:
-    """How many Bound PVCs the Backup covers (its namespaces and labels)."""
-    selector = ctx.params.get("labelSelector") or None
-    namespaces = sorted(set(ctx.params.get("namespaces") or [])) or [None]
-    count = 0
-    for ns in namespaces:
-        collection = objects.path("v1", "persistentvolumeclaims", ns)
-        claims = objects.items(api, collection, what="PersistentVolumeClaims", selector=selector)
-        count += sum(1 for c in claims if (c.get("status") or {}).get("phase") == "Bound")
-    return count
-
-
-def _expects_snapshots(ctx: registry.StepContext) -> bool:
-    return bool(ctx.params["snapshotVolumes"]) and not ctx.params.get("defaultVolumesToFsBackup")
-
-
 def _reason(status: JSON) -> str:
     """Velero's failureReason and validationErrors, bounded (they reach the message)."""
     parts = []
@@ -102,34 +108,37 @@ def _reason(status: JSON) -> str:
     return f": {'; '.join(parts)}" if parts else ""
 
 
-def _check_volumes(ctx: registry.StepContext, what: str, status: JSON, output: JSON) -> None:
-    """A Completed Backup that did not back up the volumes it covers fails the step."""
-    attempted = int(status.get("volumeSnapshotsAttempted") or 0) + int(
-        status.get("csiVolumeSnapshotsAttempted") or 0
-    )
-    completed = int(status.get("volumeSnapshotsCompleted") or 0) + int(
-        status.get("csiVolumeSnapshotsCompleted") or 0
-    )
-    if ctx.params.get("snapshotMoveData"):
-        completed = max(completed, int(status.get("backupItemOperationsCompleted") or 0))
-    if attempted > completed:
-        raise errors.PermanentError(
-            f"{what}: {attempted - completed} of {attempted} volume snapshots did not complete",
-            output=output,
-        )
-    expected = int(ctx.memo.get("volumes") or 0)
-    if _expects_snapshots(ctx) and completed < expected:
-        raise errors.PermanentError(
-            f"{what} completed but backed up {completed} of {expected} volumes (Velero skips a "
-            "volume it has no snapshotter for)",
-            output=output,
-        )
+def _failure(status: JSON) -> JSON:
+    return {key: status[key] for key in ("failureReason", "validationErrors") if status.get(key)}
+
+
+def _heals(status: JSON) -> bool:
+    found = [str(e) for e in status.get("validationErrors") or []]
+    return bool(found) and all(HEALING.fullmatch(e) for e in found)
+
+
+def _location_back(ctx: registry.StepContext, api: k8s.ApiClient, output: JSON) -> bool:
+    """True when the storage location the last Backup failed on is Available again (or gone:
+    the next Backup's validation then says so in Velero's words)."""
+    ns, location = ctx.params["veleroNamespace"], ctx.memo["location"]
+    what = f"BackupStorageLocation {ns}/{location}"
+    path = objects.path(VELERO_API, "backupstoragelocations", ns, location)
+    found = objects.get(api, path, what=what)
+    phase = ((found or {}).get("status") or {}).get("phase") or "Unavailable"
+    output["storageLocation"] = {"name": location, "phase": phase if found else "not found"}
+    return found is None or phase == "Available"
+
+
+def _next(ctx: registry.StepContext, api: k8s.ApiClient, output: JSON, status: JSON) -> None:
+    """Record the attempt that ended, and start the next Backup."""
+    attempt = int(ctx.memo["attempt"])
+    ctx.memo["attempts"].append(output["attempts"][-1] | _failure(status))
+    _create(ctx, api, attempt + 1)
 
 
 def run(ctx: registry.StepContext, api: k8s.ApiClient) -> registry.Outcome:
-    ns = ctx.params["veleroNamespace"]
+    ns, attempts = ctx.params["veleroNamespace"], ctx.params["backupAttempts"]
     if "attempt" not in ctx.memo:
-        ctx.memo["volumes"] = _volumes(ctx, api) if _expects_snapshots(ctx) else 0
         ctx.memo["attempts"] = []
         _create(ctx, api, 1)
     attempt = int(ctx.memo["attempt"])
@@ -142,39 +151,49 @@ def run(ctx: registry.StepContext, api: k8s.ApiClient) -> registry.Outcome:
     phase = status.get("phase") or "New"
     backup: JSON = {"namespace": ns, "name": name, "phase": phase}
     backup.update({key: status[key] for key in COUNTS if key in status})
-    for key in ("failureReason", "validationErrors"):
-        if status.get(key):
-            backup[key] = status[key]
+    backup.update(_failure(status))
     output: JSON = {
         "backend": "velero",
         "backup": backup,
         "attempts": [*ctx.memo["attempts"], {"name": name, "phase": phase}],
     }
-    if _expects_snapshots(ctx):
-        output["volumesCovered"] = ctx.memo["volumes"]
-    else:
-        output["volumeCheck"] = "not checked: no volume snapshots (file system backup, or none)"
+    if phase == "FailedValidation" and _heals(status) and attempt < attempts:
+        ctx.memo.setdefault("location", (found.get("spec") or {}).get("storageLocation", ""))
+        if _location_back(ctx, api, output):
+            del ctx.memo["location"]
+            _next(ctx, api, output, status)
+            message = f"{what} failed validation; started {_name(ctx, attempt + 1)} "
+            message += f"({attempt + 1} of {attempts} attempts)"
+            return registry.Poll(after=ctx.params["pollSeconds"], message=message, output=output)
+        location = f"BackupStorageLocation {ns}/{ctx.memo['location']}"
+        return objects.wait_or_fail(
+            ctx,
+            after=ctx.params["pollSeconds"],
+            message=f"{what} failed validation; waiting for {location} to be Available to "
+            f"start Backup {attempt + 1} of {attempts}",
+            output=output,
+            failure=f"{location} is not Available at the step's timeout{_reason(status)}",
+        )
     if phase == "Completed":
-        _check_volumes(ctx, what, status, output)
+        velero_volumes.check(api, found, what, output)
         return registry.Done(output)
     if phase == "PartiallyFailed" and ctx.params["allowPartiallyFailed"]:
         return registry.Done(output)
-    if phase == "Failed" and attempt < ctx.params["backupAttempts"]:
+    if phase == "Failed" and attempt < attempts:
         # A restarted Velero never resumes it: a new Backup, under a new name.
-        ctx.memo["attempts"].append({"name": name, "phase": phase, **_failure(status)})
-        _create(ctx, api, attempt + 1)
+        _next(ctx, api, output, status)
         message = f"{what} failed; started {_name(ctx, attempt + 1)} ({attempt + 1} of "
-        message += f"{ctx.params['backupAttempts']} attempts)"
+        message += f"{attempts} attempts)"
         return registry.Poll(after=ctx.params["pollSeconds"], message=message, output=output)
-    if phase in ("Failed", "PartiallyFailed", "FailedValidation"):
-        count = f" after {attempt} attempts" if phase == "Failed" and attempt > 1 else ""
+    if phase in FINAL:
+        count = f" after {attempt} attempts" if attempt > 1 else ""
         raise errors.PermanentError(
             f"{what} ended in phase {phase}{count}{_reason(status)}", output=output
         )
-    return registry.Poll(
-        after=ctx.params["pollSeconds"], message=f"{what} is {phase}", output=output
+    return objects.wait_or_fail(
+        ctx,
+        after=ctx.params["pollSeconds"],
+        message=f"{what} is {phase}",
+        output=output,
+        failure=f"{what} is still {phase} at the step's timeout",
     )
-
-
-def _failure(status: JSON) -> JSON:
-    return {"failureReason": status["failureReason"]} if status.get("failureReason") else {}
