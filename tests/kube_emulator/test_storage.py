@@ -34,9 +34,10 @@ def status(kube: KubeEmulator, name: str) -> dict[str, Any]:
 
 
 def test_an_error_is_reported_then_cleared_when_a_retry_succeeds(kube: KubeEmulator) -> None:
-    """types.go (VolumeSnapshotStatus.error: "The snapshot controller will keep retrying ...
-    Upon success, this error field will be cleared"); the sidecar's error text
-    (`failed to take snapshot of the volume ...`) reaches the snapshot through its content."""
+    """sidecar-controller/snapshot_controller.go: createSnapshot's error ("Failed to create
+    snapshot: failed to take snapshot of the volume ...") on the content, then
+    checkandUpdateContentStatus's on each retry; the common controller copies it to the
+    snapshot (updateSnapshotStatus), and both clear it when readyToUse turns true."""
     kube.add_controller(SnapshotController(failures=2, retry_seconds=0.2))
     put(kube, *volume("default", "data", size="2Gi"))
     put(kube, snapshot_class("fast", "csi.example.com", "Retain", default=True))
@@ -44,7 +45,16 @@ def test_an_error_is_reported_then_cleared_when_a_retry_succeeds(kube: KubeEmula
     eventually("the error", lambda: "error" in status(kube, "snap"))
     first = status(kube, "snap")
     assert first["readyToUse"] is False
-    assert "failed to take snapshot of the volume vol-default-data" in first["error"]["message"]
+    assert first["error"]["message"] == (
+        'Failed to create snapshot: failed to take snapshot of the volume vol-default-data: "'
+        'rpc error: code = Internal desc = snapshot quota exceeded"'
+    )
+    eventually(
+        "the retry's error",
+        lambda: status(kube, "snap")["error"]["message"].startswith(
+            "Failed to check and update snapshot content: failed to take snapshot"
+        ),
+    )
     eventually("ready", lambda: status(kube, "snap").get("readyToUse") is True)
     ready = status(kube, "snap")
     assert "error" not in ready
@@ -104,3 +114,23 @@ def test_a_deleted_snapshot_takes_its_content_only_with_deletion_policy_delete(
     eventually("both gone", lambda: not kube.list_objects(*SNAP))
     assert kube.get_object(*CONTENTS, None, contents["a"]) is None
     assert kube.get_object(*CONTENTS, None, contents["b"]) is not None
+
+
+def test_an_error_before_the_cut_stays_until_the_snapshot_is_ready(kube: KubeEmulator) -> None:
+    """sidecar updateSnapshotContentStatus clears the content's error only when readyToUse
+    changes to true, and common updateSnapshotStatus keeps the snapshot's copy until then:
+    a snapshot cut (creationTime, snapshotHandle) but still uploading shows the error of
+    the attempt before."""
+    kube.add_controller(SnapshotController(failures=1, retry_seconds=0.1, ready_after=1.0))
+    put(kube, *volume("default", "data"))
+    put(kube, snapshot_class("fast", "csi.example.com", "Retain", default=True))
+    snapshot(kube, "snap", "data")
+    eventually("the cut", lambda: "creationTime" in status(kube, "snap"))
+    cut = status(kube, "snap")
+    assert cut["readyToUse"] is False
+    assert cut["error"]["message"].startswith("Failed to create snapshot")
+    assert cut["error"]["time"] <= cut["creationTime"]
+    content = kube.get_object(*CONTENTS, None, cut["boundVolumeSnapshotContentName"]) or {}
+    assert "snapshotHandle" in content["status"] and "error" in content["status"]
+    eventually("ready", lambda: status(kube, "snap").get("readyToUse") is True)
+    assert "error" not in status(kube, "snap")

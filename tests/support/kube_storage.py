@@ -3,7 +3,8 @@
 `SnapshotController` (switched on by a test: `kube.add_controller(...)`) plays the
 snapshot-controller and the csi-snapshotter sidecar of kubernetes-csi/external-snapshotter
 (pkg/common-controller/snapshot_controller.go, pkg/sidecar-controller/
-snapshot_controller.go) for dynamically provisioned snapshots:
+snapshot_controller.go; master at afb2f0d8, 2026-08-21, after v8.6.0) for dynamically
+provisioned snapshots:
 
 - A VolumeSnapshot's source PVC must be Bound to a PersistentVolume whose volume is CSI
   (`getVolumeFromVolumeSnapshot`, `pvDriverFromSnapshot`); without a class it gets the
@@ -13,12 +14,20 @@ snapshot_controller.go) for dynamically provisioned snapshots:
 - A VolumeSnapshotContent `snapcontent-<snapshot uid>` binds to it, with the class's
   driver and deletionPolicy; the snapshot gets `boundVolumeSnapshotContentName` and the
   bound-protection finalizer.
-- The sidecar's CreateSnapshot fails `failures` times (its error on the content's
-  `status.error`, which the common controller copies to the snapshot, readyToUse false) and
-  is retried after `retry_seconds`; then it succeeds: `snapshotHandle`, `creationTime`,
-  `restoreSize` (the PV's capacity), readyToUse (`ready_after` seconds later, as a driver
-  that uploads the snapshot reports it), and the error is cleared
-  (client/apis/volumesnapshot/v1/types.go: "Upon success, this error field will be cleared").
+- The sidecar's CreateSnapshot fails `failures` times and is retried after
+  `retry_seconds`: its error goes on the content's `status.error` (readyToUse false), which
+  the common controller copies to the snapshot (updateSnapshotStatus; the real one at its
+  next sync of the snapshot, a resync every 15 minutes by default, since
+  needsUpdateSnapshotStatus does not compare errors: here at once). The first failure
+  says "Failed to create snapshot: ..." (createSnapshot, the content has no status yet), the
+  next ones "Failed to check and update snapshot content: ..." (checkandUpdateContentStatus);
+  an error already there is not written again (updateContentErrorStatusWithEvent). Then it
+  succeeds: `snapshotHandle`, `creationTime` (the cut), `restoreSize` (the PV's capacity),
+  and readyToUse `ready_after` seconds later, as a driver that uploads the snapshot reports
+  it. The error is cleared only when readyToUse turns true (sidecar
+  updateSnapshotContentStatus, common updateSnapshotStatus), not at the cut, whatever
+  client/apis/volumesnapshot/v1/types.go says ("Upon success, this error field will be
+  cleared").
 - A deleted VolumeSnapshot loses its finalizer; its content goes with it when its
   deletionPolicy is Delete, and stays when Retain.
 """
@@ -231,35 +240,41 @@ class SnapshotController:
         attempt = self._attempts.get(content_name, 0)
         self._attempts[content_name] = attempt + 1
         if attempt < self.failures:
+            where = "create snapshot" if attempt == 0 else "check and update snapshot content"
             message = (
-                "Failed to check and update snapshot content: failed to take snapshot of the"
-                f' volume {spec["source"]["volumeHandle"]}: "{self.error}"'
+                f"Failed to {where}: failed to take snapshot of the volume"
+                f' {spec["source"]["volumeHandle"]}: "{self.error}"'
             )
-            error = {"time": _now(), "message": message}
-            store.set_status(CONTENTS, "", content_name, {"readyToUse": False, "error": error})
-            store.set_status(SNAPSHOTS, ref["namespace"], ref["name"], {"error": error})
+            current = (content.get("status") or {}).get("error") or {}
+            if current.get("message") != message:
+                error = {"time": _now(), "message": message}
+                store.set_status(CONTENTS, "", content_name, {"readyToUse": False, "error": error})
+                store.set_status(SNAPSHOTS, ref["namespace"], ref["name"], {"error": error})
             store.later(
                 self.retry_seconds, lambda: self._create_snapshot(store, content_name, size)
             )
             return
         handle = "snap-" + hashlib.sha256(content_name.encode()).hexdigest()[:16]
         ready = self.ready_after <= 0
+        # The error goes only with readyToUse turning true: a cut snapshot keeps it.
+        cleared = {"error": None} if ready else {}
         store.set_status(
             CONTENTS, "", content_name,
             {"snapshotHandle": handle, "creationTime": time.time_ns(), "restoreSize": size,
-             "readyToUse": ready, "error": None},
+             "readyToUse": ready, **cleared},
         )  # fmt: skip
         store.set_status(
             SNAPSHOTS, ref["namespace"], ref["name"],
             {"creationTime": _now(), "readyToUse": ready, "restoreSize": quantity(size),
-             "error": None},
+             **cleared},
         )  # fmt: skip
         if not ready:
 
             def uploaded() -> None:
                 if (GROUP, "volumesnapshotcontents", "", content_name) in store.objects:
-                    store.set_status(CONTENTS, "", content_name, {"readyToUse": True})
-                    store.set_status(SNAPSHOTS, ref["namespace"], ref["name"], {"readyToUse": True})
+                    done = {"readyToUse": True, "error": None}
+                    store.set_status(CONTENTS, "", content_name, done)
+                    store.set_status(SNAPSHOTS, ref["namespace"], ref["name"], done)
 
             store.later(self.ready_after, uploaded)
 

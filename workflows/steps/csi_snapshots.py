@@ -1,7 +1,8 @@
 """The csi backend of `backup_pvs`: one VolumeSnapshot per Bound CSI volume, and its record.
 
-Follows kubernetes-csi/external-snapshotter (client/apis/volumesnapshot/v1/types.go,
-pkg/common-controller/snapshot_controller.go):
+Follows kubernetes-csi/external-snapshotter master at afb2f0d8 (2026-08-21, after v8.6.0):
+client/apis/volumesnapshot/v1/types.go, pkg/common-controller/snapshot_controller.go,
+pkg/sidecar-controller/snapshot_controller.go:
 
 - Only a PVC that is Bound to a PersistentVolume whose volume is CSI can be snapshotted
   (`getVolumeFromVolumeSnapshot`, `pvDriverFromSnapshot`); the others are skipped and
@@ -11,8 +12,14 @@ pkg/common-controller/snapshot_controller.go):
   else the driver's default class (annotation `snapshot.storage.kubernetes.io/
   is-default-class: "true"`, exactly one, as `SetDefaultSnapshotClass` requires). The step
   names it on each VolumeSnapshot, so the snapshot controller does not choose another.
-- `status.error` is not final: the controller retries and clears it on success. The step
-  keeps waiting, with the error in its message and output, until its timeout.
+- `status.error` is not final: the sidecar retries CreateSnapshot, whatever the error
+  (createSnapshot requeues on every error; isCSIFinalError only decides whether a snapshot
+  may be left behind), and the error goes when readyToUse turns true. The step keeps
+  waiting, with the error in its message and output, until its timeout.
+- A snapshot with `creationTime` has been cut; a driver that uploads it reports it not
+  ready to use until the upload ends. The sidecar keeps the error of a failed attempt
+  before the cut until then (updateSnapshotContentStatus clears it only with readyToUse),
+  so an error no later than the cut is not reported as the reason the step waits.
 - Each ready snapshot is recorded with its VolumeSnapshotContent's `snapshotHandle`,
   driver, restore size, class and deletionPolicy: what a pre-provisioned
   VolumeSnapshotContent needs to import the snapshot into another cluster.
@@ -20,6 +27,7 @@ pkg/common-controller/snapshot_controller.go):
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from workflows import errors
@@ -171,6 +179,25 @@ def _record(api: k8s.ApiClient, volume: JSON, status: JSON) -> JSON:
     return {key: value for key, value in record.items() if value is not None}
 
 
+def _moment(value: Any) -> datetime.datetime | None:
+    """A metav1.Time (RFC 3339, UTC), or None."""
+    try:
+        moment = datetime.datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
+
+
+def _current_error(status: JSON) -> str:
+    """The snapshot's error, unless it dates from before the snapshot was cut."""
+    error = status.get("error") or {}
+    message = str(error.get("message") or "")[:300]
+    cut, when = _moment(status.get("creationTime")), _moment(error.get("time"))
+    if message and cut is not None and (when is None or when <= cut):
+        return ""  # the sidecar keeps it until readyToUse: stale
+    return message
+
+
 def run(ctx: registry.StepContext, api: k8s.ApiClient) -> registry.Outcome:
     if "volumes" not in ctx.memo:
         _start(ctx, api)
@@ -185,23 +212,27 @@ def run(ctx: registry.StepContext, api: k8s.ApiClient) -> registry.Outcome:
         result: JSON = {**volume, "readyToUse": bool(status.get("readyToUse"))}
         if result["readyToUse"]:
             result.update(_record(api, volume, status), result="ready")
-        elif status.get("error"):
+        elif message := _current_error(status):
             # Not final: the snapshot controller tries again and clears it on success.
-            message = str((status["error"] or {}).get("message") or "")[:300]
             result.update(result="error", error=message)
             erring.append(f"{what}: {message}")
         else:
-            result["result"] = "pending"
+            result["result"] = "cut" if status.get("creationTime") else "pending"
         results.append(result)
     output = {"backend": "csi", "volumes": results, "skipped": ctx.memo.get("skipped", [])}
     ready = sum(1 for r in results if r["result"] == "ready")
     if ready == len(results):
         return registry.Done(output)
     message = f"{ready} of {len(results)} volume snapshots ready"
+    if cut := sum(1 for r in results if r["result"] == "cut"):
+        message += f", {cut} cut and not yet ready to use"
     if erring:
         message += f"; the snapshot controller reports, and retries: {erring[0]}"
     waiting = next(r for r in results if r["result"] != "ready")
-    reason = "reports an error" if waiting["result"] == "error" else "is not ready"
+    reason = {
+        "error": "reports an error",
+        "cut": "was cut but is not ready to use",
+    }.get(waiting["result"], "is not ready")
     return objects.wait_or_fail(
         ctx,
         after=ctx.params["pollSeconds"],
