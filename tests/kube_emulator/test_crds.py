@@ -115,3 +115,38 @@ def test_deleting_a_crd_deletes_its_resources_and_waits_for_their_finalizers(
     with pytest.raises(ApiException) as unserved:
         custom.list_namespaced_custom_object(*IN_DEFAULT)
     assert unserved.value.status == 404
+
+
+def test_while_a_crd_terminates_a_post_is_refused_but_an_apply_creates_and_is_deleted_again(
+    kube: KubeEmulator, custom: Api
+) -> None:
+    """kubernetes v1.33 staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/
+    customresource_handler.go `serveResource`: only the verb "create" (a POST) answers 405
+    while the CRD is Terminating; a server-side apply is the verb "patch", and
+    apiserver/pkg/endpoints/handlers/patch.go `patchResource` sets `forceAllowCreate` for an
+    apply patch, so it creates the object. crd_finalizer.go `deleteInstances` lists and
+    deletes every instance on each (requeued) sync, so what was made meanwhile goes too.
+    customresource_discovery_controller.go `sync`: a terminating CRD's kind is listed
+    without create, patch and update."""
+    custom.create_cluster_custom_object(*CRD, definition("example.com", "Widget"))
+    eventually("established", lambda: discovered(kube, "/apis/example.com/v1"))
+    custom.create_namespaced_custom_object(
+        *IN_DEFAULT, widget("held", finalizers=["example.com/cleanup"])
+    )
+    custom.delete_cluster_custom_object(*CRD, "widgets.example.com")
+    eventually("terminating", lambda: conditions(kube, "widgets.example.com")["Terminating"] == (
+        "True", "InstanceDeletionInProgress"))  # fmt: skip
+    [resource] = urllib3.request("GET", f"{kube.url}/apis/example.com/v1").json()["resources"][:1]
+    assert resource["verbs"] == ["delete", "deletecollection", "get", "list", "watch"]
+    with pytest.raises(ApiException) as refused:
+        custom.create_namespaced_custom_object(*IN_DEFAULT, widget("posted"))
+    assert refused.value.status == 405
+    applied = urllib3.request(
+        "PATCH",
+        f"{kube.url}/apis/example.com/v1/namespaces/default/widgets/applied?fieldManager=t",
+        body=b"apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: applied}\n",
+        headers={"Content-Type": "application/apply-patch+yaml"},
+    )
+    assert applied.status == 201
+    eventually("the applied one deleted by the finalizer", lambda: [
+        w["metadata"]["name"] for w in kube.list_objects(*WIDGETS)] == ["held"])  # fmt: skip

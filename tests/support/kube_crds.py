@@ -10,7 +10,10 @@ establishing controller (pkg/controller/establish/establishing_controller.go) th
 `Established` True (`InitialNamesAccepted`), after `establish_delay` seconds here, and
 discovery lists it (customresource_discovery_controller.go). A deleted CRD is finalized by
 the CRD finalizer (pkg/controller/finalizer/crd_finalizer.go): `Terminating`, every custom
-resource deleted (their own finalizers hold them), then the cleanup finalizer dropped.
+resource deleted (their own finalizers hold them, and one created meanwhile is deleted too),
+then the cleanup finalizer dropped. While it terminates, a POST of a custom resource is
+refused (405, `kube_store`), a server-side apply creates it, and discovery lists no create,
+patch or update verbs (customresource_discovery_controller.go `sync`).
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ class CRDControllers:
 
     def react(self, store: Store, change: Change) -> None:
         if (change.group, change.plural) != CRDS:
-            if change.type == "DELETED":
-                # A custom resource gone: its terminating CRD may be finished now.
+            if change.type in ("ADDED", "DELETED"):
+                # A custom resource gone: its terminating CRD may be finished now. One made
+                # while it terminates (a server-side apply may create): deleted too, as
+                # crd_finalizer.go's requeued sync deletes every instance it lists.
                 owner = next(
                     (r.crd for r in store.resources.values() if r.crd and
                      (r.group, r.plural) == (change.group, change.plural)),

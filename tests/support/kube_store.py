@@ -172,6 +172,10 @@ class Store:
                 return kind
         return None
 
+    def crd_terminating(self, name: str) -> bool:
+        crd = self.objects.get((*CRDS, "", name))
+        return crd is not None and condition_true(crd, "Terminating")
+
     def resource_for(self, group: str, plural: str) -> Resource:
         """A served version of a group's resource (its versions share the objects)."""
         return next(r for r in self.resources.values() if (r.group, r.plural) == (group, plural))
@@ -332,9 +336,10 @@ class Store:
             raise _not_found(res, name)
         return obj
 
-    def create(self, res: Resource, ns: str, obj: JSON) -> JSON:
+    def create(self, res: Resource, ns: str, obj: JSON, *, verb: str = "create") -> JSON:
+        """A POST (`verb` "create"), or a server-side apply that creates ("patch")."""
         key, obj = self._admit(res, ns, obj)
-        self._admit_create(res, ns, key[3])
+        self._admit_create(res, ns, key[3], verb)
         if key in self.objects:
             name = key[3]
             raise ApiError(
@@ -350,9 +355,11 @@ class Store:
             obj["status"] = {"phase": "Active"}
         return self.present(res, self._commit(res, key, None, obj, "ADDED"))
 
-    def _admit_create(self, res: Resource, ns: str, name: str) -> None:
+    def _admit_create(self, res: Resource, ns: str, name: str, verb: str) -> None:
         """NamespaceLifecycle admission (apiserver plugin/namespace/lifecycle/admission.go),
-        and no creates while a CRD terminates (customresource_handler.go serveResource)."""
+        and no POST while a CRD terminates (customresource_handler.go serveResource refuses
+        the verb "create" only: a server-side apply is the verb "patch", which patch.go
+        lets create, `forceAllowCreate`; the CRD finalizer then deletes what it made)."""
         namespace = self.objects.get((*NAMESPACES, "", ns)) if res.namespaced else None
         if res.namespaced and namespace is None:
             raise ApiError(
@@ -376,8 +383,7 @@ class Store:
                     ],
                 },
             )
-        crd = self.objects.get((*CRDS, "", res.crd)) if res.crd else None
-        if crd is not None and condition_true(crd, "Terminating"):
+        if verb == "create" and res.crd and self.crd_terminating(res.crd):
             raise ApiError(
                 405, "create not allowed while custom resource definition is terminating"
             )
@@ -447,7 +453,7 @@ class Store:
                 raise ApiError(400, "the name of the object does not match the name on the URL")
             if old is None and not status_only:
                 _meta(body)["name"] = name
-                return self.create(res, ns, body), 201
+                return self.create(res, ns, body, verb="patch"), 201
         if old is None:
             raise _not_found(res, name)
         if kind in (

@@ -154,6 +154,9 @@ def discovery(store: Store, parts: list[str]) -> JSON:
     resources: list[JSON] = []
     for res in served:
         verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+        if res.crd and store.crd_terminating(res.crd):
+            # customresource_discovery_controller.go: a terminating CRD's kind takes no writes.
+            verbs = ["delete", "deletecollection", "get", "list", "watch"]
         entry = {"name": res.plural, "singularName": res.kind.lower(), "kind": res.kind}
         resources.append({**entry, "namespaced": res.namespaced, "verbs": verbs})
         if res.status:
