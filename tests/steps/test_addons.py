@@ -99,6 +99,12 @@ def addons_namespace(kube: KubeEmulator) -> None:
     kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "addons"}})
 
 
+def established(kube: KubeEmulator, name: str) -> bool:
+    crd = kube.get_object(*CRD, None, name) or {}
+    return any(c["type"] == "Established" and c["status"] == "True"
+               for c in (crd.get("status") or {}).get("conditions") or [])  # fmt: skip
+
+
 def applied(kube: KubeEmulator) -> list[str]:
     """The kinds and names applied so far, in order."""
     return [p.split("?")[0].rsplit("/", 2)[-2] for m, p in kube.requests if m == "PATCH"]
@@ -160,12 +166,7 @@ def test_custom_resources_wait_until_their_definition_is_established_and_served(
     second = run(ctx)
     assert isinstance(second, registry.Poll) and second.after == 2, "backs off"
 
-    def established() -> bool:
-        crd = kube.get_object(*CRD, None, "widgets.example.com") or {}
-        return any(c["type"] == "Established" and c["status"] == "True"
-                   for c in (crd.get("status") or {}).get("conditions") or [])  # fmt: skip
-
-    eventually("the CRD established", established)
+    eventually("the CRD established", lambda: established(kube, "widgets.example.com"))
     done = run(ctx)
     assert isinstance(done, registry.Done)
     assert [e["kind"] for e in done.output["inventory"]] == [
@@ -224,6 +225,38 @@ def test_a_namespace_still_terminating_from_an_earlier_removal_is_waited_for(
     missing = run(ctx)
     assert isinstance(missing, registry.Poll)
     assert missing.message == "waiting for namespace old to exist to apply ConfigMap agent-settings"
+
+
+def test_a_crd_still_terminating_from_an_earlier_removal_is_waited_for_then_made_anew(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """kubernetes v1.33 apiextensions-apiserver pkg/registry/customresourcedefinition/etcd.go
+    (a deleted CRD keeps Established and gets Terminating) and pkg/controller/finalizer/
+    crd_finalizer.go `sync` (every instance deleted, then the CRD): a Widget applied into it
+    would go with it (pkg/apiserver/customresource_handler.go refuses only a POST; the
+    server-side apply creates, kube_crds). The install waits until the old CRD is gone, then
+    applies it anew and the Widget."""
+    kube.put_object(copy.deepcopy(ADDON[0]))
+    kube.put_object(copy.deepcopy(WIDGET_CRD))
+    eventually("established", lambda: established(kube, "widgets.example.com"))
+    old = {**WIDGET, "metadata": {"name": "old", "namespace": "monitoring"}}
+    kube.put_object({**old, "metadata": {**old["metadata"], "finalizers": ["example.com/hold"]}})
+    kube.delete(*CRD, None, "widgets.example.com")
+    ctx = context("addon_install", {"manifests": [WIDGET_CRD, WIDGET], "waitForRollout": False})
+    waiting = run(ctx)
+    assert isinstance(waiting, registry.Poll)
+    assert waiting.message == (
+        "waiting for CustomResourceDefinition widgets.example.com to finish terminating"
+    )
+    assert kube.get_object("example.com", "v1", "widgets", "monitoring", "default-widget") is None
+    kube.delete_object("example.com", "v1", "widgets", "monitoring", "old")  # its operator's
+    eventually("the old CRD gone", lambda: kube.get_object(*CRD, None, "widgets.example.com")
+               is None)  # fmt: skip
+    eventually("installed", lambda: isinstance(run(ctx), registry.Done))
+    crd = kube.get_object(*CRD, None, "widgets.example.com")
+    assert crd is not None and "deletionTimestamp" not in crd["metadata"]
+    widget = kube.get_object("example.com", "v1", "widgets", "monitoring", "default-widget")
+    assert widget is not None and widget["spec"] == {"size": 3}
 
 
 def test_a_conflict_on_apply_is_a_temporary_error(kube: KubeEmulator, context: Context) -> None:

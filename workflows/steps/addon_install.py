@@ -11,8 +11,11 @@ then a wait until each CRD is Established and its kinds are served (discovery) a
 Namespace is Active; then the rest, in Helm's install order (helm pkg/releaseutil/
 kind_sorter.go, `InstallOrder`; document order within a kind). A kind not served yet, or
 a namespace not there yet or still terminating from an earlier removal, is a condition to
-wait out (polls with a backoff, not a failure); a conflict on apply is retried. Then the
-charts, then the rollout waits, which follow `kubectl rollout status` (`rollout`).
+wait out (polls with a backoff, not a failure); so is a CRD still terminating from an
+earlier removal (apiextensions-apiserver crd_finalizer.go deletes every instance, then the
+CRD: what is applied meanwhile would go with it), which is applied anew once it is gone. A
+conflict on apply is retried. Then the charts, then the rollout waits, which follow
+`kubectl rollout status` (`rollout`).
 
 The output is the inventory of what was applied, in that order (each object, and for a
 chart the release followed by its objects), which `addon_remove` deletes in reverse.
@@ -212,7 +215,13 @@ def _definition_ready(api: k8s.ApiClient, doc: JSON) -> str:
             return f"waiting for Namespace {name} to finish terminating"
         return ""
     path = objects.path(CRD_API, "customresourcedefinitions", name=name)
-    crd = objects.get(api, path, what=f"CustomResourceDefinition {name}") or {}
+    crd = objects.get(api, path, what=f"CustomResourceDefinition {name}")
+    if crd is None:
+        crd = manifests.apply(api, doc)  # gone meanwhile (an earlier removal's): again
+    if (crd.get("metadata") or {}).get("deletionTimestamp"):
+        # An earlier removal's: still Established, but its finalizer deletes every instance
+        # and then the CRD itself, so what is applied now would go with it.
+        return f"waiting for CustomResourceDefinition {name} to finish terminating"
     conditions = {c.get("type"): c for c in (crd.get("status") or {}).get("conditions") or []}
     names = conditions.get("NamesAccepted") or {}
     if names.get("status") == "False":
