@@ -7,8 +7,9 @@ nothing was installed here, so there is nothing to remove: the step succeeds at 
 
 Removal goes in three tiers, each deleted newest first and waited for before the next:
 
-1. custom resources: the inventory's objects served through a CustomResourceDefinition,
-   and every instance of the CRDs the inventory holds. Their finalizers are cleared by
+1. custom resources: the inventory's objects served through a CustomResourceDefinition
+   (a Helm chart's too, but those it keeps), and every instance of the CRDs the inventory
+   holds. Their finalizers are cleared by
    their controllers, which must still run: deleting a controller or a CRD first leaves
    them (and then the CRD, whose finalizer waits for its instances, and their Namespace)
    stuck for good (apiextensions-apiserver pkg/controller/finalizer/crd_finalizer.go).
@@ -184,13 +185,18 @@ def _tier_entries(ctx: registry.StepContext, api: k8s.ApiClient, tier: int) -> l
     return entries
 
 
-def _delete_tier(ctx: registry.StepContext, api: k8s.ApiClient, entries: list[JSON]) -> None:
+def _delete_tier(
+    ctx: registry.StepContext, api: k8s.ApiClient, entries: list[JSON], tier: int
+) -> None:
     for entry in reversed(entries):
         if "kind" not in entry:
             helm.uninstall(ctx, entry["helmRelease"], entry.get("namespace") or "default")
             continue
-        if entry.get("helmRelease"):
-            continue  # the release's uninstall deletes it
+        if entry.get("helmRelease") and (tier > 0 or entry.get("keep")):
+            # The release's uninstall deletes it (helm keeps what says `keep`). A chart's
+            # custom resources go first, like any: their controller must still run, and
+            # helm's uninstall then finds them gone (pkg/kube/client.go ignores a 404).
+            continue
         try:
             path = objects.inventory_path(api, entry)
         except k8s.NotServed:
@@ -262,11 +268,11 @@ def addon_remove(ctx: registry.StepContext) -> registry.Outcome:
     while (tier := int(ctx.memo["tier"])) < len(TIERS):
         entries = _tier_entries(ctx, api, tier)
         if not ctx.memo["deleted"]:
-            _delete_tier(ctx, api, entries)
+            _delete_tier(ctx, api, entries, tier)
             ctx.memo["deleted"] = True
         remaining = _remaining(api, entries)
         # Made again since (a controller, a new instance of a CRD): deleted again.
-        _delete_tier(ctx, api, [e for e, obj in remaining if not _deleting(obj)])
+        _delete_tier(ctx, api, [e for e, obj in remaining if not _deleting(obj)], tier)
         if remaining:
             return _wait(ctx, tier, [_what(e) + _holders(obj) for e, obj in remaining])
         ctx.memo.update(tier=tier + 1, deleted=False)

@@ -1,0 +1,85 @@
+"""A chart that ships a custom resource and its CRD: the real helm 3.17 against the emulator.
+
+The chart is tests/steps/charts/widgets: the Widget CRD in its crds/ directory, an
+operator's Deployment and a Widget in its templates. The emulator's `kube_apps.Operator`
+puts its finalizer on Widgets and clears it only while its Deployment runs, as an operator
+does. Removal deletes the chart's Widget first, while the operator runs, then uninstalls
+the release; an install waits for what an earlier removal left terminating (the release's
+namespace, the chart's CRD) instead of letting helm fail on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.steps.conftest import Context, run
+from tests.steps.test_helm import NS, releases
+from tests.support.kube import KubeEmulator, eventually
+from tests.support.kube_apps import Operator
+from workflows.steps import registry
+
+CHART = str(Path(__file__).parent / "charts" / "widgets")
+FINALIZER = "example.com/cleanup"
+CRD = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+WIDGETS = ("example.com", "v1", "widgets")
+DEPLOYMENTS = ("apps", "v1", "deployments")
+
+
+def widgets_chart(**fields: Any) -> dict[str, Any]:
+    return {"release": "demo", "chart": CHART, "namespace": NS, **fields}
+
+
+def install(context: Context, run_id: int = 7, **fields: Any) -> registry.StepContext:
+    params = {"charts": [widgets_chart(**fields)], "waitForRollout": False}
+    return context("addon_install", params, step_name="addons", run_id=run_id)
+
+
+def deleted(kube: KubeEmulator) -> list[str]:
+    """`plural/name` of each DELETE the emulator answered, in order."""
+    paths = [p.split("?")[0] for m, p in kube.requests if m == "DELETE"]
+    return ["/".join(p.rsplit("/", 2)[-2:]) for p in paths]
+
+
+@pytest.mark.django_db
+def test_remove_deletes_the_charts_custom_resource_first_then_uninstalls_the_release(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """helm v3.17.3 and v4.1 pkg/action/install.go `installCRDs` (crds/ created before the
+    templates) and uninstall.go `deleteRelease` (the templates' objects deleted; crds/ never);
+    pkg/kube/client.go `rdelete` (a 404 on delete is ignored). The Widget is in the
+    release's manifest: removal deletes it in the custom resources tier, while its operator
+    still clears its finalizer, and only then uninstalls the release (operator, release
+    records). It used to skip every object of a release there and wait for the Widget
+    forever, holding BeforeClusterDelete."""
+    operator = Operator("example.com", "widgets", FINALIZER, f"{NS}/demo-operator", 0.3)
+    kube.add_controller(operator)
+    done = run(install(context))
+    assert isinstance(done, registry.Done)
+    inventory = done.output["inventory"]
+    assert inventory == [
+        {"helmRelease": "demo", "namespace": NS},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": NS,
+         "name": "demo-operator", "helmRelease": "demo"},
+        {"apiVersion": "example.com/v1", "kind": "Widget", "namespace": NS,
+         "name": "demo-main", "helmRelease": "demo"},
+    ]  # fmt: skip
+    eventually("the operator's finalizer", lambda: (kube.get_object(
+        *WIDGETS, NS, "demo-main") or {})["metadata"].get("finalizers") == [FINALIZER])  # fmt: skip
+    kube.requests.clear()
+    remove = context("addon_remove", {"inventory": inventory, "pollSeconds": 1}, step_name="rm")
+    held = f"Widget {NS}/demo-main (finalizers: {FINALIZER})"
+    assert run(remove) == registry.Poll(
+        after=1,
+        message=f"removing custom resources: waiting for 1 to be gone: {held}",
+        output={"removing": "custom resources", "remaining": [held]},
+    )
+    assert deleted(kube) == ["widgets/demo-main"], "the Widget first, while its operator runs"
+    eventually("removed", lambda: run(remove) == registry.Done({"removed": inventory}))
+    assert "deployments/demo-operator" in deleted(kube)
+    assert kube.list_objects(*WIDGETS) == []
+    assert kube.get_object(*DEPLOYMENTS, NS, "demo-operator") is None
+    assert releases(kube) == []
+    assert kube.get_object(*CRD, None, "widgets.example.com") is not None, "helm keeps crds/"
