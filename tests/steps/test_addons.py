@@ -239,8 +239,8 @@ def test_a_crd_still_terminating_from_an_earlier_removal_is_waited_for_then_made
     kube.put_object(copy.deepcopy(ADDON[0]))
     kube.put_object(copy.deepcopy(WIDGET_CRD))
     eventually("established", lambda: established(kube, "widgets.example.com"))
-    old = {**WIDGET, "metadata": {"name": "old", "namespace": "monitoring"}}
-    kube.put_object({**old, "metadata": {**old["metadata"], "finalizers": ["example.com/hold"]}})
+    held = {"name": "old", "namespace": "monitoring", "finalizers": ["example.com/hold"]}
+    kube.put_object({**WIDGET, "metadata": held})
     kube.delete(*CRD, None, "widgets.example.com")
     ctx = context("addon_install", {"manifests": [WIDGET_CRD, WIDGET], "waitForRollout": False})
     waiting = run(ctx)

@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from tests.steps import test_helm
 from tests.steps.conftest import Context, run
 from tests.steps.test_helm import NS, releases
 from tests.support.kube import KubeEmulator, eventually
 from tests.support.kube_apps import Operator
+from tests.support.kube_crds import definition
 from workflows.steps import registry
 
 CHART = str(Path(__file__).parent / "charts" / "widgets")
@@ -83,3 +85,66 @@ def test_remove_deletes_the_charts_custom_resource_first_then_uninstalls_the_rel
     assert kube.get_object(*DEPLOYMENTS, NS, "demo-operator") is None
     assert releases(kube) == []
     assert kube.get_object(*CRD, None, "widgets.example.com") is not None, "helm keeps crds/"
+
+
+def test_a_chart_waits_for_its_namespace_to_finish_terminating(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """kubernetes v1.33 pkg/registry/core/namespace/storage/storage.go (a deleted Namespace
+    stays Terminating until its content is gone) and apiserver plugin/namespace/lifecycle/
+    admission.go (new content refused, 403); helm v3.17.3 pkg/action/install.go
+    `RunWithContext`: `--create-namespace` takes AlreadyExists as done, then storing the
+    release's Secret is refused. Each attempt failed with "helm exited with code 1" and
+    spent one of the step's retries; the step waits as it does for manifests, and once the
+    Namespace is gone helm creates it anew."""
+    kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    held = {"name": "held", "namespace": NS, "finalizers": ["example.com/hold"]}
+    kube.put_object({"apiVersion": "v1", "kind": "ConfigMap", "metadata": held})
+    kube.delete("", "v1", "namespaces", None, NS)
+    ctx = test_helm.install(context)
+    waiting = run(ctx)
+    assert isinstance(waiting, registry.Poll)
+    assert waiting.message == (
+        f"waiting for namespace {NS} to finish terminating to install Helm release {NS}/demo"
+    )
+    assert releases(kube) == []
+    kube.delete_object("", "v1", "configmaps", NS, "held")
+    eventually("gone", lambda: kube.get_object("", "v1", "namespaces", None, NS) is None)
+    installed = run(ctx)
+    assert isinstance(installed, registry.Poll) and "roll out" in installed.message
+    namespace = kube.get_object("", "v1", "namespaces", None, NS)
+    assert namespace is not None and namespace["status"]["phase"] == "Active"
+    assert [r["status"] for r in releases(kube)] == ["deployed"]
+
+
+def test_a_first_install_waits_for_a_crd_of_the_chart_still_terminating(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """helm v3.17.3 and v4.1 pkg/action/install.go `installCRDs` skips a crds/ CRD that
+    exists (AlreadyExists), so the Widget met a terminating CRD (customresource_handler.go:
+    a POST answers 405) and the release failed; the next attempt upgraded it, and an
+    upgrade never installs crds/ (upgrade.go): once the old CRD was gone, the kind was not
+    served, for good. The step reads the chart's CRDs (`helm show crds`) and waits for a
+    terminating one to go before the first install."""
+    kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    kube.put_object(definition("example.com", "Widget"))
+    eventually("served", lambda: kube.list_objects(*WIDGETS) == [])
+    held = {"name": "held", "namespace": NS, "finalizers": ["example.com/hold"]}
+    kube.put_object({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": held})
+    kube.delete(*CRD, None, "widgets.example.com")
+    ctx = install(context)
+    waiting = run(ctx)
+    assert isinstance(waiting, registry.Poll)
+    assert waiting.message == (
+        "waiting for CustomResourceDefinition widgets.example.com to finish terminating"
+        f" to install Helm release {NS}/demo"
+    )
+    assert releases(kube) == []
+    kube.delete_object(*WIDGETS, NS, "held")  # its operator is done
+    eventually("the old CRD gone", lambda: kube.get_object(*CRD, None, "widgets.example.com")
+               is None)  # fmt: skip
+    assert isinstance(run(ctx), registry.Done)
+    crd = kube.get_object(*CRD, None, "widgets.example.com")
+    assert crd is not None and "deletionTimestamp" not in crd["metadata"]
+    assert kube.get_object(*WIDGETS, NS, "demo-main") is not None
+    assert [r["status"] for r in releases(kube)] == ["deployed"]

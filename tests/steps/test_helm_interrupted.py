@@ -60,8 +60,9 @@ def statuses(kube: KubeEmulator, ns: str) -> list[tuple[int, str]]:
 def killed_helm(
     kube: KubeEmulator, tmp_path: Path, labels: str, *, upgrade: bool = False, **values: Any
 ) -> float:
-    """An earlier attempt whose worker died: helm SIGKILLed while it applies the release's
-    objects, its revision left pending. The createdAt label of that revision."""
+    """An earlier attempt whose worker died (or, without `labels`, a person's helm): helm
+    SIGKILLed while it applies the release's objects, its revision left pending. The
+    createdAt label of that revision."""
     config = tmp_path / "earlier-kubeconfig"
     kube.kubeconfig(config)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
@@ -77,7 +78,8 @@ def killed_helm(
     started = time.monotonic()
     process = subprocess.Popen(
         [helm.binary(), "upgrade", "--install", "demo", CHART, "--namespace", "web"]
-        + ["--create-namespace", "--labels", labels, "--kubeconfig", str(config)]
+        + ["--create-namespace", "--kubeconfig", str(config)]
+        + (["--labels", labels] if labels else [])
         + [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -114,13 +116,14 @@ def test_revisions_carry_the_steps_labels_and_helm_gets_a_timeout_below_the_dead
         assert isinstance(run(install(context)), registry.Poll)
     [upgrade] = [line for line in log.read_text().splitlines() if line.startswith("upgrade")]
     assert "--timeout 270s" in upgrade
-    assert "--labels hooksvc.io/run=7,hooksvc.io/step=addons" in upgrade
+    assert "--labels hooksvc.io/revision=1,hooksvc.io/run=7,hooksvc.io/step=addons" in upgrade
     [labels] = revision_labels(kube, "web")
     assert (labels["hooksvc.io/run"], labels["hooksvc.io/step"], labels["status"]) == (
         "7",
         "addons",
         "deployed",
     )
+    assert labels["hooksvc.io/revision"] == labels["version"] == "1"
 
 
 def test_at_the_deadline_helm_gets_sigterm_records_the_release_failed_and_the_retry_upgrades(
@@ -149,7 +152,8 @@ def test_a_pending_install_left_by_an_earlier_attempt_is_undone_once_no_helm_can
     with errPending forever. The step waits until the earlier helm is past hooksvc's deadline
     (300 s), its grace (15 s) and 30 s of clock slack, then uninstalls the first install
     (its objects with it) and installs."""
-    created = killed_helm(kube, tmp_path, "hooksvc.io/run=7,hooksvc.io/step=addons")
+    labels = "hooksvc.io/revision=1,hooksvc.io/run=7,hooksvc.io/step=addons"
+    created = killed_helm(kube, tmp_path, labels)
     assert statuses(kube, "web") == [(1, "pending-install")]
     at(monkeypatch, created + 10)
     with pytest.raises(errors.TemporaryError) as exc:
@@ -173,7 +177,7 @@ def test_a_pending_upgrade_is_rolled_back_to_the_deployed_revision_then_upgraded
     (rollback.go prepareRollback does not refuse a pending last revision) makes a new
     deployed revision, and the upgrade then goes ahead."""
     assert isinstance(run(install(context)), registry.Poll)
-    labels = "hooksvc.io/run=8,hooksvc.io/step=addons"
+    labels = "hooksvc.io/revision=2,hooksvc.io/run=8,hooksvc.io/step=addons"
     created = killed_helm(kube, tmp_path, labels, upgrade=True, replicaCount=5)
     assert statuses(kube, "web") == [(1, "deployed"), (2, "pending-upgrade")]
     at(monkeypatch, created + 400)
@@ -200,3 +204,27 @@ def test_a_pending_revision_of_anyone_else_is_left_alone(
         run(install(context))
     assert exc.value.message == f"Helm release web/demo: {BUSY}"
     assert statuses(kube, "web") == [(1, "pending-install")]
+
+
+def test_a_pending_upgrade_someone_else_started_on_this_steps_release_is_left_alone(
+    kube: KubeEmulator, context: Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """helm v3.17.3 and v4.1 pkg/action/upgrade.go `prepareUpgrade`: a new revision's labels
+    are `mergeCustomLabels(lastRelease.Labels, u.Labels)`, so a person's `helm upgrade`
+    (no --labels) copies this step's run and step labels into its revision. Its
+    hooksvc.io/revision label is the copied one (1), not its own number (2): the step,
+    started again (an operator's retry), does not take it for its own and roll it back
+    while that helm may still run; it says the release is busy."""
+    assert isinstance(run(install(context)), registry.Poll)
+    created = killed_helm(kube, tmp_path, "", upgrade=True, replicaCount=5)
+    [_, pending] = revision_labels(kube, "web")
+    assert (pending["status"], pending["hooksvc.io/run"], pending["hooksvc.io/step"]) == (
+        "pending-upgrade",
+        "7",
+        "addons",
+    ), "copied from revision 1"
+    at(monkeypatch, created + 10_000)
+    with pytest.raises(errors.TemporaryError) as exc:
+        run(install(context))
+    assert exc.value.message == f"Helm release web/demo: {BUSY}"
+    assert statuses(kube, "web") == [(1, "deployed"), (2, "pending-upgrade")]

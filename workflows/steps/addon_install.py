@@ -86,6 +86,9 @@ def _check_charts(value: list[Any]) -> list[Any]:
             if key == "values":
                 if not isinstance(item, dict):
                     raise registry.ParamError("", f"item {index}: values must be an object")
+            elif key == "adopt":
+                if not isinstance(item, bool):
+                    raise registry.ParamError("", f"item {index}: adopt must be a boolean")
             elif key not in _CHART_FIELDS or not isinstance(item, str):
                 raise registry.ParamError("", f"item {index}: unknown or invalid field {key}")
         chart.setdefault("namespace", "default")
@@ -99,6 +102,8 @@ _CHART = registry.Param(
     fields={
         **{key: registry.Param(str, required=key in ("release", "chart")) for key in _CHART_FIELDS},
         "values": registry.Param(dict),
+        #: Take over a release someone else installed (else the step refuses it).
+        "adopt": registry.Param(bool),
     },
 )
 
@@ -112,7 +117,8 @@ PARAMS = {
     "manifests": registry.Param(list, check=_check_manifests, items=registry.Param(dict)),
     #: A ConfigMap of the management cluster whose `key` holds the manifests as YAML.
     "configMapRef": registry.Param(dict, check=_check_config_map, fields=_CONFIG_MAP_REF),
-    #: Helm charts: release, chart (name, path or oci:// reference), repo, version, values.
+    #: Helm charts: release, chart (name, path or oci:// reference), repo, version, values,
+    #: adopt (take over a release installed by someone else).
     "charts": registry.Param(list, check=_check_charts, items=_CHART),
     #: For namespaced manifests that name none.
     "namespace": registry.Param(str, default="default"),
@@ -273,6 +279,7 @@ def _install(ctx: registry.StepContext, api: k8s.ApiClient) -> str:
         entries += [_chart_entry(api, doc, chart) for doc in helm.install(ctx, chart)]
         memo["inventory"] += entries
         memo["charts"] = int(memo.get("charts", 0)) + 1
+        memo.pop("backoff", None)
     return ""
 
 
@@ -290,7 +297,7 @@ def addon_install(ctx: registry.StepContext) -> registry.Outcome:
     if not ctx.memo.get("installed"):
         try:
             waiting = _install(ctx, api)
-        except _NotYet as exc:
+        except (_NotYet, helm.NotReady) as exc:
             waiting = exc.message
         output = {"inventory": ctx.memo["inventory"]}
         if waiting:

@@ -17,6 +17,14 @@ Invariant 4 (a side effect once): an install's revision carries the description
 `hooksvc run <run> step <step>`; a start that finds its own deployed revision as the
 release's newest one reads the release instead of upgrading it again.
 
+Whose release (helm v3.17 and v4 pkg/storage/driver/secrets.go: each revision is a Secret
+labelled `owner=helm`, `name`, `status`, `version` and the command's `--labels`, which
+upgrade.go `mergeCustomLabels` copies into every later revision): a release whose newest
+revision has no `hooksvc.io/run` label was installed by someone else, and is refused unless
+the chart says `adopt`. Before helm writes, what an earlier removal left terminating is
+waited for (`NotReady`): the release's namespace, and on a first install the CRDs of the
+chart's crds/ (`helm show crds`), which helm would skip and then never install.
+
 A helm that is stopped mid-operation (helm v3.17 cmd/helm/upgrade.go, install.go; pkg/action
 upgrade.go, install.go): on SIGINT or SIGTERM it cancels the operation and records the
 release `failed`, which the next `upgrade --install` upgrades from; on SIGKILL nothing is
@@ -24,8 +32,9 @@ recorded, the revision stays `pending-install` or `pending-upgrade`, and every l
 operation fails with "another operation (install/upgrade/rollback) is in progress"
 (`errPending`, checked first in `prepareUpgrade`). So each command gets helm's own
 `--timeout` (hooks, waits) below hooksvc's deadline, at the deadline SIGTERM with a grace,
-and SIGKILL only after it. A revision left pending by this step (its revision labels
-`hooksvc.io/run` and `hooksvc.io/step`, from `--labels`) is undone: at once when this
+and SIGKILL only after it. A revision left pending by this step (its labels
+`hooksvc.io/run` and `hooksvc.io/step`, and `hooksvc.io/revision` equal to its own number:
+the labels a later revision copies carry the earlier number) is undone: at once when this
 attempt saw its own helm end, else once it is older than any helm of an earlier attempt can
 still run (the release Secret's `createdAt`, written by helm). Undone means `helm rollback`
 to the newest deployed revision (rollback does not check for a pending one), or, a first
@@ -65,6 +74,11 @@ TERM_GRACE_SECONDS = 15.0
 PENDING = ("pending-install", "pending-upgrade", "pending-rollback")
 #: Added to a pending revision's age limit: the workers' clocks may differ this much.
 CLOCK_SLACK_SECONDS = 30.0
+#: The revision number the command that made a revision expected to make. helm copies a
+#: revision's labels into the next (upgrade.go `mergeCustomLabels`, rollback.go), so the
+#: run and step labels alone do not tell who made a revision; this one matches only there.
+REVISION_LABEL = "hooksvc.io/revision"
+CRD_API = "apiextensions.k8s.io/v1"
 
 #: Tests move it to make a pending revision old.
 clock: Callable[[], float] = time.time
@@ -107,6 +121,14 @@ _FAILURES: tuple[tuple[tuple[str, ...], bool, str], ...] = (
 
 class ReleaseNotFound(errors.PermanentError):
     """The release does not exist."""
+
+
+class NotReady(Exception):
+    """What helm would fail on is still going away (the caller polls); `message` says what."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 def binary() -> str:
@@ -254,6 +276,75 @@ def _revisions(api: k8s.ApiClient, release: str, ns: str) -> list[dict[str, str]
     return sorted(found, key=lambda labels: int(labels.get("version") or 0))
 
 
+def _made_here(ctx: registry.StepContext, revision: dict[str, str]) -> bool:
+    """True when this step's command made `revision` (not only copied its labels)."""
+    mine = {**objects.labels(ctx), REVISION_LABEL: revision.get("version", "")}
+    return all(revision.get(key) == value for key, value in mine.items())
+
+
+def _check_owner(chart: dict[str, Any], revisions: list[dict[str, str]], what: str) -> None:
+    """Refuse a release someone else installed, unless the chart says to adopt it.
+
+    A revision hooksvc made carries its run label, and helm copies it into every later
+    revision of that install (upgrade.go `mergeCustomLabels`, rollback.go); a new install
+    does not (install.go `createRelease`). A release whose newest revision is `uninstalled`
+    (kept history) is installed anew by `upgrade --install` (cmd/helm/upgrade.go
+    `isReleaseUninstalled`, `Replace`): nobody's.
+    """
+    newest = revisions[-1] if revisions else {}
+    if not newest or newest.get("status") == "uninstalled" or chart.get("adopt"):
+        return
+    if objects.RUN_LABEL not in newest:
+        # Its values would be reset to this chart's, and addon_remove would uninstall it.
+        raise errors.PermanentError(
+            f"{what}: installed by someone else, not hooksvc; set adopt: true to take it over"
+        )
+
+
+def _chart_crds(ws: _Workspace, chart: dict[str, Any], what: str) -> list[str]:
+    """The names of the CRDs in the chart's crds/ directory (`helm show crds`)."""
+    args = ["show", "crds", chart["chart"], *_source(chart)]
+    docs = yaml.safe_load_all(_run(ws, args, what))
+    return [
+        str(doc["metadata"]["name"])
+        for doc in docs
+        if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
+    ]
+
+
+def _check_ready(
+    ws: _Workspace, api: k8s.ApiClient, chart: dict[str, Any], *, fresh: bool, what: str
+) -> None:
+    """Wait for what an earlier removal left terminating, which helm would fail on.
+
+    A terminating namespace: `--create-namespace` takes its AlreadyExists as done
+    (install.go), then storing the release in it is refused (403), and every attempt fails.
+    A terminating CRD of the chart's crds/, on a first install: install.go `installCRDs`
+    skips a CRD that exists, its custom resources are refused (405) or deleted with it, and
+    the retry is an upgrade, which never installs crds/ (upgrade.go): the kind is not served.
+    """
+    ns = chart["namespace"]
+    found = objects.get(api, objects.path("v1", "namespaces", name=ns), what=f"Namespace {ns}")
+    if found is not None and (found.get("status") or {}).get("phase") == "Terminating":
+        raise NotReady(f"waiting for namespace {ns} to finish terminating to install {what}")
+    if not fresh:
+        return
+    for name in _chart_crds(ws, chart, what):
+        path = objects.path(CRD_API, "customresourcedefinitions", name=name)
+        crd = objects.get(api, path, what=f"CustomResourceDefinition {name}")
+        if crd is not None and (crd.get("metadata") or {}).get("deletionTimestamp"):
+            raise NotReady(
+                f"waiting for CustomResourceDefinition {name} to finish terminating"
+                f" to install {what}"
+            )
+
+
+def _source(chart: dict[str, Any]) -> list[str]:
+    """Where helm finds the chart: `--repo`, `--version`."""
+    args = ["--repo", chart["repo"]] if chart.get("repo") else []
+    return args + (["--version", chart["version"]] if chart.get("version") else [])
+
+
 def _undo(ws: _Workspace, revisions: list[dict[str, str]], release: str, ns: str) -> None:
     """Undo the newest, pending revision: roll back to the newest deployed one, or uninstall."""
     what = _what(release, ns)
@@ -278,16 +369,21 @@ def _undo(ws: _Workspace, revisions: list[dict[str, str]], release: str, ns: str
 
 
 def _recover_earlier(
-    ctx: registry.StepContext, ws: _Workspace, api: k8s.ApiClient, release: str, ns: str
+    ctx: registry.StepContext,
+    ws: _Workspace,
+    api: k8s.ApiClient,
+    release: str,
+    ns: str,
+    *,
+    revisions: list[dict[str, str]],
 ) -> int:
     """Undo a revision an earlier attempt of this step left pending, once no helm of that
     attempt can still run; the release's newest revision number (0: none) either way."""
-    revisions = _revisions(api, release, ns)
     if not revisions or revisions[-1].get("status") not in PENDING:
         return int(revisions[-1]["version"]) if revisions else 0
     busy = f"{_what(release, ns)}: another helm operation on the release is in progress"
     pending = revisions[-1]
-    if any(pending.get(key) != value for key, value in objects.labels(ctx).items()):
+    if not _made_here(ctx, pending):
         raise errors.TemporaryError(busy)
     deadline, grace = limits()
     age = clock() - float(pending.get("createdAt") or 0)
@@ -315,7 +411,7 @@ def _recover_own(
             revisions
             and revisions[-1].get("status") in PENDING
             and int(revisions[-1].get("version") or 0) > seen
-            and all(revisions[-1].get(key) == value for key, value in objects.labels(ctx).items())
+            and _made_here(ctx, revisions[-1])
         ):
             _undo(ws, revisions, release, ns)
     except errors.StepError:
@@ -330,15 +426,16 @@ def install(ctx: registry.StepContext, chart: dict[str, Any]) -> list[dict[str, 
     with _workspace(ctx) as ws:
         if not _installed_by(ws, ctx, release, ns):
             api = objects.workload(ctx)
-            seen = _recover_earlier(ctx, ws, api, release, ns)
-            labels = ",".join(f"{k}={v}" for k, v in sorted(objects.labels(ctx).items()))
+            revisions = _revisions(api, release, ns)
+            _check_owner(chart, revisions, what)
+            fresh = not revisions or revisions[-1].get("status") == "uninstalled"
+            _check_ready(ws, api, chart, fresh=fresh, what=what)
+            seen = _recover_earlier(ctx, ws, api, release, ns, revisions=revisions)
+            labels = {**objects.labels(ctx), REVISION_LABEL: str(seen + 1)}
             args = ["upgrade", "--install", release, chart["chart"], "--namespace", ns]
             args += ["--create-namespace", "--values", "-", "--description", marker(ctx)]
-            args += ["--labels", labels, "--timeout", helm_timeout()]
-            if chart.get("repo"):
-                args += ["--repo", chart["repo"]]
-            if chart.get("version"):
-                args += ["--version", chart["version"]]
+            args += ["--labels", objects.label_selector(labels), "--timeout", helm_timeout()]
+            args += _source(chart)
             try:
                 _run(ws, args, what, stdin=yaml.safe_dump(chart.get("values") or {}))
             except Stopped:
