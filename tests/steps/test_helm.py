@@ -287,6 +287,29 @@ def test_cluster_scoped_objects_have_no_namespace_and_kept_ones_are_not_waited_f
     assert kube.get_object("", "v1", "configmaps", NS, "demo-hello-kept") is not None
 
 
+@pytest.mark.parametrize("policy", ["Keep ", "retain"])
+def test_any_resource_policy_leaves_the_object_on_uninstall_and_removal_does_not_wait_for_it(
+    kube: KubeEmulator, context: Context, policy: str
+) -> None:
+    """helm v3.17.3 and v4.1.4 pkg/action/resource_policy.go `filterManifestsToKeep`: the
+    annotation's value is trimmed and lowercased before it is compared with "keep", and a
+    manifest with any other value lands in neither list, so uninstall.go `deleteRelease`
+    deletes it neither. Removal read only an exact "keep" and waited for such an object
+    forever."""
+    values = {**VALUES, "clusterReader": True, "keepPolicy": policy}
+    ctx = install(context, chart(values=values))
+    assert isinstance(run(ctx), registry.Poll)
+    roll_out(kube)
+    done = run(ctx)
+    assert isinstance(done, registry.Done)
+    inventory = done.output["inventory"]
+    assert [e["name"] for e in inventory if e.get("keep")] == ["demo-hello-kept"]
+    remove = context("addon_remove", {"inventory": inventory}, step_name="remove")
+    assert run(remove) == registry.Done({"removed": inventory})
+    assert kube.get_object("", "v1", "configmaps", NS, "demo-hello-kept") is not None
+    assert kube.get_object("", "v1", "configmaps", NS, "demo-hello") is None
+
+
 @pytest.fixture
 def chart_repository(tmp_path: Path) -> Iterator[str]:
     """A Helm chart repository over HTTP holding hello 0.1.0, as `helm repo index` makes it."""

@@ -177,8 +177,11 @@ def _chart_entry(api: k8s.ApiClient, doc: manifests.Manifest, chart: dict[str, A
             entry["namespace"] = None
     except k8s.NotServed:
         pass  # not served (any more): its scope cannot be told; the namespace does no harm
-    if (meta.get("annotations") or {}).get("helm.sh/resource-policy") == "keep":
-        entry["keep"] = True  # helm leaves it on uninstall, so removal does not wait for it
+    if "helm.sh/resource-policy" in (meta.get("annotations") or {}):
+        # helm's uninstall leaves it, so removal does not wait for it: "keep" (trimmed,
+        # any case) is kept, and any other value drops it from the deletion too (helm
+        # v3.17 and v4 pkg/action/resource_policy.go `filterManifestsToKeep`).
+        entry["keep"] = True
     return entry
 
 
