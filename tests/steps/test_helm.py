@@ -310,6 +310,21 @@ def test_any_resource_policy_leaves_the_object_on_uninstall_and_removal_does_not
     assert kube.get_object("", "v1", "configmaps", NS, "demo-hello") is None
 
 
+def test_helm_keeps_no_cache_outside_its_private_directory(
+    kube: KubeEmulator, context: Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """helm v3.17.3 pkg/cli/environment.go gives client-go's ConfigFlags no cache directory,
+    so k8s.io/cli-runtime v0.32 genericclioptions config_flags.go `toDiscoveryClient` keeps
+    discovery and HTTP caches, by API server address and for hours, in $KUBECACHEDIR or
+    else ~/.kube/cache: shared by every helm call of the worker and every cluster that
+    reuses an address (a stale list of kinds). Each call gets its own."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    assert isinstance(run(install(context)), registry.Poll)
+    assert list(home.iterdir()) == []
+
+
 @pytest.fixture
 def chart_repository(tmp_path: Path) -> Iterator[str]:
     """A Helm chart repository over HTTP holding hello 0.1.0, as `helm repo index` makes it."""

@@ -178,6 +178,9 @@ def _workspace(ctx: registry.StepContext) -> Iterator[_Workspace]:
         env = {key: value for key, value in os.environ.items() if not key.startswith("HELM_")}
         for name in ("CACHE", "CONFIG", "DATA"):
             env[f"HELM_{name}_HOME"] = os.path.join(home, name.lower())
+        # client-go's discovery and HTTP caches (cli-runtime genericclioptions, by API
+        # server address, hours long) default to ~/.kube/cache, shared by every call.
+        env["KUBECACHEDIR"] = os.path.join(home, "kube-cache")
         yield _Workspace(helm, kubeconfig, env)
 
 
