@@ -21,6 +21,7 @@ from tests.steps.test_helm import NS, releases
 from tests.support.kube import KubeEmulator, eventually
 from tests.support.kube_apps import Operator
 from tests.support.kube_crds import definition
+from workflows import errors
 from workflows.steps import registry
 
 CHART = str(Path(__file__).parent / "charts" / "widgets")
@@ -148,3 +149,27 @@ def test_a_first_install_waits_for_a_crd_of_the_chart_still_terminating(
     assert crd is not None and "deletionTimestamp" not in crd["metadata"]
     assert kube.get_object(*WIDGETS, NS, "demo-main") is not None
     assert [r["status"] for r in releases(kube)] == ["deployed"]
+
+
+@pytest.mark.django_db
+def test_a_release_holding_a_kind_no_longer_served_fails_removal_saying_why(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """helm v3.17.3 and v4.1 pkg/action/uninstall.go `deleteRelease`: every object of the
+    release's manifest is built (pkg/kube/client.go `Build`, through discovery) before any
+    is deleted, and a kind the cluster no longer serves fails the uninstall as a whole
+    ("failed to delete release"), every time. Here the Widget CRD went first (another
+    add-on's removal, a person): the step fails at once naming the kind, instead of
+    retrying "helm exited with code 1" until its retries are spent."""
+    done = run(install(context))
+    assert isinstance(done, registry.Done)
+    kube.delete_object(*WIDGETS, NS, "demo-main")
+    kube.delete_object(*CRD, None, "widgets.example.com")
+    remove = context("addon_remove", {"inventory": done.output["inventory"]}, step_name="rm")
+    with pytest.raises(errors.PermanentError) as exc:
+        run(remove)
+    assert exc.value.message == (
+        f"Helm release {NS}/demo: helm cannot uninstall it while the cluster does not serve"
+        " example.com/v1 Widget (its CustomResourceDefinition was deleted first)"
+    )
+    assert [r["status"] for r in releases(kube)] == ["deployed"], "left as it was"

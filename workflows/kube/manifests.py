@@ -26,13 +26,16 @@ def _prefix(api_version: str) -> str:
     return f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
 
 
-def resource(api: k8s.ApiClient, api_version: str, kind: str) -> tuple[str, bool]:
+def resource(
+    api: k8s.ApiClient, api_version: str, kind: str, *, fresh: bool = False
+) -> tuple[str, bool]:
     """The plural of `kind` and whether it is namespaced, from discovery.
 
     Raises `k8s.NotServed` when the API server does not list it: a CRD not established
-    yet, or discovery behind (a caller waits for it), or no such kind at all.
+    yet, or discovery behind (a caller waits for it), or no such kind at all. The cache is
+    refreshed on a miss; `fresh` asks the server even on a hit (a kind may have gone).
     """
-    for attempt in range(2):
+    for attempt in range(int(fresh), 2):
         with _lock:
             served = _discovery.setdefault(api, {}).get(api_version)
         if served is None or attempt:

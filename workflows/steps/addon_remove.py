@@ -28,6 +28,7 @@ import contextlib
 from typing import Any
 
 from hooksvc.contract import wire
+from workflows import errors
 from workflows.kube import k8s, manifests
 from workflows.models import Run, StepRun
 from workflows.steps import helm, objects, registry
@@ -185,11 +186,34 @@ def _tier_entries(ctx: registry.StepContext, api: k8s.ApiClient, tier: int) -> l
     return entries
 
 
+def _check_served(api: k8s.ApiClient, inventory: list[JSON], release: JSON) -> None:
+    """Fail when the cluster no longer serves a kind of the release's objects: helm cannot
+    uninstall it then (helm v3.17 and v4 pkg/action/uninstall.go `deleteRelease` builds every
+    object it deletes, and an unknown kind fails the whole uninstall, "failed to delete
+    release"), however often it is retried. Objects helm keeps are not built."""
+    name, asked = release["helmRelease"], set()
+    for entry in inventory:
+        if entry.get("helmRelease") != name or "kind" not in entry or entry.get("keep"):
+            continue
+        try:
+            # Discovery afresh, once per group version: the cached one may list a kind gone.
+            fresh = entry["apiVersion"] not in asked
+            asked.add(entry["apiVersion"])
+            manifests.resource(api, entry["apiVersion"], entry["kind"], fresh=fresh)
+        except k8s.NotServed:
+            served = f"{entry['apiVersion']} {entry['kind']}"
+            raise errors.PermanentError(
+                f"{_what(release)}: helm cannot uninstall it while the cluster does not serve"
+                f" {served} (its CustomResourceDefinition was deleted first)"
+            ) from None
+
+
 def _delete_tier(
     ctx: registry.StepContext, api: k8s.ApiClient, entries: list[JSON], tier: int
 ) -> None:
     for entry in reversed(entries):
         if "kind" not in entry:
+            _check_served(api, ctx.memo["inventory"], entry)
             helm.uninstall(ctx, entry["helmRelease"], entry.get("namespace") or "default")
             continue
         if entry.get("helmRelease") and (tier > 0 or entry.get("keep")):
