@@ -176,6 +176,24 @@ def test_custom_resources_wait_until_their_definition_is_established_and_served(
     assert widget is not None and widget["spec"] == {"size": 3}
 
 
+def test_a_crd_whose_names_another_crd_holds_fails_the_step(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """apiextensions-apiserver pkg/controller/status/naming_controller.go
+    `calculateNamesAndConditions`: names another CRD of the group has accepted (here its
+    singular, kind and list kind; the last conflict checked is the reason) give NamesAccepted
+    False, and Established stays False: waiting cannot help (kube_crds models it)."""
+    kube.put_object(copy.deepcopy(WIDGET_CRD))
+    eventually("established", lambda: established(kube, "widgets.example.com"))
+    clash = definition("example.com", "Widget", plural="gadgets")
+    with pytest.raises(errors.PermanentError) as exc:
+        eventually("refused", lambda: not isinstance(
+            run(context("addon_install", {"manifests": [clash]})), registry.Poll))  # fmt: skip
+    assert exc.value.message == (
+        "CustomResourceDefinition gadgets.example.com: names not accepted (ListKindConflict)"
+    )
+
+
 def test_a_kind_no_manifest_defines_is_waited_for_with_a_growing_interval(
     kube: KubeEmulator, context: Context
 ) -> None:

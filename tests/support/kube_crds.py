@@ -101,18 +101,24 @@ class CRDControllers:
             self._establish_later(store, name)
             return
         group = (crd.get("spec") or {}).get("group")
-        taken: dict[str, str] = {}
+        # naming_controller.go `getAcceptedNamesForGroup`: the other CRDs' resource names
+        # (plural, singular) and kinds (kind, listKind) are two sets.
+        resources: set[str] = set()
+        kinds: set[str] = set()
         for key, other in store.objects.items():
             if key[:2] != CRDS or key[3] == name or (other.get("spec") or {}).get("group") != group:
                 continue
             other_names = (other.get("status") or {}).get("acceptedNames") or {}
-            for field in ("plural", "singular", "kind", "listKind"):
-                if other_names.get(field):
-                    taken[other_names[field]] = field
+            resources |= {other_names[f] for f in ("plural", "singular") if other_names.get(f)}
+            kinds |= {other_names[f] for f in ("kind", "listKind") if other_names.get(f)}
         new = copy.deepcopy(crd)
-        conflict = next(
-            (f for f in ("plural", "singular", "kind", "listKind") if names.get(f) in taken), None
-        )
+        # `calculateNamesAndConditions` checks plural, singular, kind, listKind in turn and
+        # each conflict overwrites the condition: the last one is the reason.
+        conflict = None
+        for field, taken in (("plural", resources), ("singular", resources),
+                             ("kind", kinds), ("listKind", kinds)):  # fmt: skip
+            if names.get(field) and names[field] in taken:
+                conflict = field
         if conflict is None:
             new.setdefault("status", {})["acceptedNames"] = names
             kube_lifecycle.set_condition(

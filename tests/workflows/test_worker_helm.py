@@ -25,6 +25,7 @@ from tests.addons.profiles import apply, profile
 from tests.steps.conftest import NS, put_kubeconfig_secret
 from tests.support import servers
 from tests.support.kube import KubeEmulator
+from tests.support.kube_apps import Operator
 from tests.support.worker import Worker
 from tests.workflows import documents
 from tests.workflows.test_worker_addons import call_hook, wait_for
@@ -33,6 +34,7 @@ from workflows.models import Run, StepRun
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 CHART = str(Path(__file__).parent.parent / "steps" / "charts" / "hello")
+WIDGETS_CHART = str(Path(__file__).parent.parent / "steps" / "charts" / "widgets")
 WEB = "web"
 DEPLOYMENT = ("apps", "v1", "deployments", WEB, "demo-hello")
 
@@ -95,6 +97,37 @@ def test_a_chart_profile_installs_rolls_out_and_is_removed_before_deletion(
         if (s["metadata"].get("labels") or {}).get("owner") == "helm"
     ]
     assert helm_secrets == []
+
+
+def test_a_chart_shipping_a_custom_resource_is_removed_and_lets_the_deletion_go(
+    hook_server: servers.HookServer, worker: Worker, cluster: KubeEmulator, tmp_path: Path
+) -> None:
+    """tests/steps/charts/widgets (the Widget CRD in crds/, an operator and a Widget in its
+    templates), as helm v3.17.3 installs it (pkg/action/install.go `installCRDs`, then the
+    templates); `kube_apps.Operator` clears its finalizer on a deleted Widget only while
+    its Deployment runs. BeforeClusterDelete held forever before issue 23: the removal
+    skipped the release's Widget in its custom resources tier and waited for it there,
+    and never reached the uninstall."""
+    kube = cluster
+    kube.add_controller(
+        Operator("example.com", "widgets", "example.com/cleanup", f"{WEB}/demo-operator")
+    )
+    widgets = {"release": "demo", "chart": WIDGETS_CHART, "namespace": WEB}
+    addons = {"charts": [widgets], "waitForRollout": False, "pollSeconds": 1}
+    apply(tmp_path, profile("widgets", behaviour="EnforceRemovePolicies", addons=addons))
+    call_hook(hook_server, "AfterControlPlaneInitialized")
+    installed = StepRun.objects.filter(run__template_name="addon-install-widgets")
+    wait_for("the install", lambda: installed.filter(state="succeeded").exists())
+    widget = kube.get_object("example.com", "v1", "widgets", WEB, "demo-main")
+    assert widget is not None and widget["metadata"]["finalizers"] == ["example.com/cleanup"]
+    wait_for(
+        "the deletion to proceed",
+        lambda: call_hook(hook_server, "BeforeClusterDelete")["retryAfterSeconds"] == 0,
+    )
+    removal = Run.objects.get(template_name="addon-remove-widgets")
+    assert removal.state == "succeeded"
+    assert kube.list_objects("example.com", "v1", "widgets") == []
+    assert kube.get_object("apps", "v1", "deployments", WEB, "demo-operator") is None
 
 
 def test_a_chart_that_fails_is_reported_in_fixed_words(
