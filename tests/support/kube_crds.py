@@ -1,5 +1,9 @@
 """CustomResourceDefinitions in the Kubernetes API emulator, as apiextensions-apiserver runs them.
 
+Follows kubernetes master as read for issue 23 (customresource_handler.go at 01aa0f3f,
+crd_finalizer.go at 045cf2a2, customresource_discovery_controller.go at 04791b49, and
+naming_controller.go, the CRD registry's etcd.go and apiserver's patch.go of the same time).
+
 A CRD created through the API becomes a served resource in three moves, each one of
 apiextensions-apiserver's controllers (kubernetes staging/src/k8s.io/apiextensions-apiserver):
 the naming controller (pkg/controller/status/naming_controller.go) accepts the names, or
