@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +51,29 @@ def render(path: Path, *, unrestricted: bool = False) -> list[Obj]:
 
 def render_with_component(component: str, tmp_path: Path) -> list[Obj]:
     """The base with one of k8s/components/ added, as an operator's overlay would."""
+    return render_overlay(tmp_path, resources=["base"], components=[component])
+
+
+def render_overlay(
+    tmp_path: Path,
+    *,
+    resources: Sequence[str],
+    components: Sequence[str] = (),
+    images: Sequence[Mapping[str, str]] = (),
+) -> list[Obj]:
+    """An operator's overlay in tmp_path: k8s/ kustomizations (`base`, `overlays/prod`,
+    `monitoring`), components of k8s/components/, and `images:` entries."""
     rel = Path(os.path.relpath(K8S, tmp_path))
-    (tmp_path / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": [str(rel / "base")],
-                "components": [str(rel / "components" / component)],
-            }
-        )
-    )
+    kustomization: Obj = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [str(rel / r) for r in resources],
+    }
+    if components:
+        kustomization["components"] = [str(rel / "components" / c) for c in components]
+    if images:
+        kustomization["images"] = [dict(i) for i in images]
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     return render(tmp_path, unrestricted=True)
 
 

@@ -104,11 +104,11 @@ def test_kubernetes_gives_hooksvc_only_variables_the_code_reads_and_all_it_needs
 
 
 def test_every_hooksvc_container_runs_a_command_the_entrypoint_knows(
-    rendered: dict[str, list[manifests.Obj]],
+    every_rendering: dict[str, list[manifests.Obj]],
 ) -> None:
     known = entrypoint_commands()
     assert known >= {*PROCESSES, *K8S_ONLY, "wait-for-migrations"}
-    for target, objects in rendered.items():
+    for target, objects in every_rendering.items():
         seen = set()
         for workload in filter(manifests.is_hooksvc, manifests.workloads(objects)):
             for container in manifests.containers(workload):

@@ -1,4 +1,5 @@
-"""k8s/ renders with kubectl kustomize and every object matches its schema.
+"""k8s/ renders with kubectl kustomize and every object matches its schema (the Helm chart's
+and clusterctl's objects too).
 
 Built-in kinds are checked with kubernetes-validate's bundled (strict) Kubernetes schemas;
 the ExtensionConfig with the v1beta2 schema of CAPI's CRD in ../shared/capi/.
@@ -20,8 +21,9 @@ from tests.deploy import manifests
 #: The oldest Kubernetes the manifests claim (README) and the newest kubernetes-validate
 #: 1.37.0 bundles schemas for.
 KUBERNETES_VERSIONS = ("1.32", "1.37")
-#: Kinds that come from CRDs (cert-manager, CAPI): kubernetes-validate has no schema.
-CRD_KINDS = {"Certificate", "Issuer", "ExtensionConfig"}
+#: Kinds that come from CRDs (cert-manager, CAPI, prometheus-operator): kubernetes-validate
+#: has no schema (test_monitoring checks the PrometheusRule's).
+CRD_KINDS = {"Certificate", "Issuer", "ExtensionConfig", "PodMonitor", "PrometheusRule"}
 
 
 def test_every_overlay_renders_the_objects_a_deployment_needs(
@@ -55,9 +57,9 @@ def test_dev_runs_postgresql_and_redis_and_prod_does_not(
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_built_in_kinds_match_the_kubernetes_schemas(
-    rendered: dict[str, list[manifests.Obj]], version: str
+    every_rendering: dict[str, list[manifests.Obj]], version: str
 ) -> None:
-    for name, objects in rendered.items():
+    for name, objects in every_rendering.items():
         for obj in objects:
             if obj["kind"] in CRD_KINDS:
                 continue

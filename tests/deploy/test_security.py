@@ -1,7 +1,8 @@
 """Least privilege, object by object: pod and container security, resources, RBAC.
 
 The namespace enforces the restricted Pod Security Standard, so every container in every
-overlay (the dev overlay's PostgreSQL and Redis too) must meet it.
+overlay (the dev overlay's PostgreSQL and Redis too), every value set of the Helm chart and
+clusterctl's components must meet it.
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ def wildcards(rules: list[dict[str, Any]]) -> list[str]:
 
 
 def test_every_pod_and_container_runs_restricted(
-    rendered: dict[str, list[manifests.Obj]],
+    every_rendering: dict[str, list[manifests.Obj]],
 ) -> None:
-    for name, objects in rendered.items():
+    for name, objects in every_rendering.items():
         for workload in manifests.workloads(objects):
             where = f"{name}: {manifests.id_of(workload)}"
             pod = manifests.pod_spec(workload)["securityContext"]
@@ -71,9 +72,9 @@ def test_every_pod_and_container_runs_restricted(
 
 
 def test_every_container_has_cpu_and_memory_requests_and_limits(
-    rendered: dict[str, list[manifests.Obj]],
+    every_rendering: dict[str, list[manifests.Obj]],
 ) -> None:
-    for name, objects in rendered.items():
+    for name, objects in every_rendering.items():
         for workload in manifests.workloads(objects):
             for container in manifests.containers(workload):
                 at = f"{name}: {manifests.id_of(workload)} container {container['name']}"
@@ -83,9 +84,9 @@ def test_every_container_has_cpu_and_memory_requests_and_limits(
 
 
 def test_hooksvc_containers_write_only_to_an_emptydir_tmp(
-    rendered: dict[str, list[manifests.Obj]],
+    every_rendering: dict[str, list[manifests.Obj]],
 ) -> None:
-    for name, objects in rendered.items():
+    for name, objects in every_rendering.items():
         for workload in filter(manifests.is_hooksvc, manifests.workloads(objects)):
             volumes = {v["name"]: v for v in manifests.pod_spec(workload)["volumes"]}
             for container in manifests.containers(workload):
@@ -131,10 +132,10 @@ def test_the_cluster_role_grants_exactly_the_listed_rules(
 
 
 def test_no_rule_anywhere_has_a_wildcard(
-    rendered: dict[str, list[manifests.Obj]], tmp_path: Path
+    every_rendering: dict[str, list[manifests.Obj]], tmp_path: Path
 ) -> None:
     targets = {
-        **rendered,
+        **every_rendering,
         "namespaced-secrets": _namespaced(tmp_path / "namespaced"),
         "management-steps": _component("management-steps", tmp_path / "management"),
     }

@@ -1,0 +1,366 @@
+"""charts/hooksvc: it lints with every value set, installs what k8s/ installs (object for
+object, but for the differences tests/deploy/chart.py lists), refuses bad values with a
+message that names them, documents every value, and wires each option through.
+
+The checks that hold for every rendering (restricted pods, requests and limits, no RBAC
+wildcard, Kubernetes schemas, known entrypoint commands) run over each value set in
+test_security, test_schemas and test_environment (`every_rendering`); the shape tests of
+test_workloads over the chart as prod (`rendered`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from django.conf import settings
+
+from tests.deploy import chart, manifests
+
+#: The chart's labels that every object carries as k8s/ does.
+OWN_LABELS = {"app.kubernetes.io/name": "hooksvc", "app.kubernetes.io/part-of": "hooksvc"}
+IMAGE = {"name": "hooksvc", "newName": "registry.example.com/hooksvc", "newTag": "0.1.0"}
+#: The sign-in settings web gets (the identity work's names, hooksvc.settings.ENVIRONMENT).
+IDENTITY_ENV = {
+    "HOOKSVC_OIDC_ISSUER",
+    "HOOKSVC_OIDC_CLIENT_ID",
+    "HOOKSVC_OIDC_CLIENT_SECRET",
+    "HOOKSVC_OIDC_SCOPES",
+    "HOOKSVC_OIDC_GROUPS_CLAIM",
+    "HOOKSVC_OIDC_CA_FILE",
+    "HOOKSVC_LOCAL_LOGIN",
+    "HOOKSVC_ROLES_FILE",
+}
+
+
+def _need_kubectl() -> None:
+    if manifests.kubectl() is None:
+        pytest.skip("kubectl is not installed (README, 'Deploy on Kubernetes')")
+
+
+# --- helm lint ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(chart.VALUE_SETS))
+def test_helm_lint_passes_with_every_value_set(name: str) -> None:
+    values = chart.VALUE_SETS[name]
+    args = ["lint", "--strict", str(chart.CHART)]
+    if values is not None:
+        args += ["--values", str(values)]
+    proc = chart.run(*args)
+    assert proc.returncode == 0, f"{name}:\n{proc.stdout}\n{proc.stderr}"
+    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
+
+
+# --- the same objects as k8s/ ---------------------------------------------------------------
+
+
+def _assert_same_objects(kustomized: list[manifests.Obj], charted: list[manifests.Obj]) -> None:
+    expected = chart.by_id(kustomized)
+    actual = chart.by_id(chart.kustomize_view(charted))
+    assert sorted(actual) == sorted(expected), (
+        f"only k8s/: {sorted(set(expected) - set(actual))}; "
+        f"only the chart: {sorted(set(actual) - set(expected))}"
+    )
+    found = [f"{key}{d}" for key in expected for d in chart.differences(expected[key], actual[key])]
+    assert not found, "the chart differs from k8s/:\n" + "\n".join(found[:40])
+
+
+def test_the_chart_installs_what_the_prod_overlay_and_monitoring_install(tmp_path: Path) -> None:
+    _need_kubectl()
+    kustomized = manifests.render_overlay(tmp_path, resources=["overlays/prod", "monitoring"])
+    _assert_same_objects(kustomized, chart.render(chart.VALUE_SETS["prod"]))
+
+
+def test_the_rbac_values_install_what_the_two_components_install(tmp_path: Path) -> None:
+    _need_kubectl()
+    kustomized = manifests.render_overlay(
+        tmp_path,
+        resources=["base"],
+        components=["namespaced-secrets", "management-steps"],
+        images=[IMAGE],
+    )
+    _assert_same_objects(kustomized, chart.render(chart.VALUE_SETS["components"]))
+
+
+def test_the_defaults_install_the_base_but_its_namespace(tmp_path: Path) -> None:
+    _need_kubectl()
+    kustomized = manifests.render_overlay(
+        tmp_path, resources=["base"], images=[{"name": "hooksvc", "newTag": "0.1.0"}]
+    )
+    without = [o for o in kustomized if o["kind"] != "Namespace"]
+    _assert_same_objects(without, chart.render())
+
+
+def test_the_comparison_finds_a_changed_field() -> None:
+    objects = chart.render(chart.VALUE_SETS["prod"])
+    changed = chart.render(chart.VALUE_SETS["prod"], sets={"worker.concurrency": "5"})
+    with pytest.raises(AssertionError, match=r"hooksvc-worker.*args\[2\]: k8s/ has '4'"):
+        _assert_same_objects(chart.kustomize_view(objects), changed)
+
+
+def test_the_crds_dashboard_and_alerts_are_the_files_of_k8s() -> None:
+    """One copy of each: the chart's files/ link to k8s/ (`make crds` writes k8s/base/crds)."""
+    files = chart.CHART / "files"
+    for name, target in {
+        "crds": manifests.K8S / "base" / "crds",
+        "prometheusrule.yaml": manifests.K8S / "monitoring" / "prometheusrule.yaml",
+        "hooksvc-dashboard.json": manifests.K8S / "monitoring" / "hooksvc-dashboard.json",
+    }.items():
+        assert (files / name).is_symlink(), name
+        assert (files / name).resolve() == target.resolve(), name
+    rendered = {
+        o["metadata"]["name"] for o in chart.render() if o["kind"] == "CustomResourceDefinition"
+    }
+    generated = {
+        yaml.safe_load(p.read_text())["metadata"]["name"]
+        for p in (manifests.K8S / "base" / "crds").glob("hooks.hooksvc.io_*.yaml")
+    }
+    assert rendered == generated
+
+
+# --- bad values -----------------------------------------------------------------------------
+
+REFUSED = [
+    ({"web.replica": "3"}, "Additional property replica is not allowed"),
+    ({"web.replicas": "1"}, "web.replicas: Must be greater than or equal to 2"),
+    ({"worker.concurrency": "0"}, "worker.concurrency: Must be greater than or equal to 1"),
+    ({"identity.oidc.issuer": "http://dex.example.com"}, "identity.oidc.issuer: Does not match"),
+    (
+        {"identity.oidc.issuer": "https://dex.example.com"},
+        "identity.oidc.clientId is required with identity.oidc.issuer",
+    ),
+    (
+        {"identity.localLogin": "false"},
+        "identity.localLogin=false needs identity.oidc.issuer: nobody could sign in",
+    ),
+    ({"identity.oidc.scopes": "email profile"}, "identity.oidc.scopes: Does not match"),
+    ({"rbac.secretsNamespaces[0]": "Team_A"}, "rbac.secretsNamespaces.0: Does not match"),
+    ({"extensionConfig.settings.retries": "3"}, "Invalid type. Expected: string, given: integer"),
+    ({"tls.issuerRef.kind": "Vault"}, "tls.issuerRef.kind must be one of"),
+]
+
+
+@pytest.mark.parametrize(("sets", "message"), REFUSED, ids=[str(r[0]) for r in REFUSED])
+def test_bad_values_are_refused_naming_the_value(sets: dict[str, str], message: str) -> None:
+    said = chart.refusal(*chart.template_args(sets=sets))
+    assert message in said
+
+
+# --- values documented ------------------------------------------------------------------------
+
+
+def _keys_without_comment(text: str) -> list[str]:
+    """Each `key:` line of a values file whose previous line is not a comment; the keys of a
+    list item (`- key: ...` and its siblings) are data, not values of the chart."""
+    lines = text.splitlines()
+    bare = []
+    key = re.compile(r"^( *)([A-Za-z][\w.-]*):")
+    item = re.compile(r"^( *)- ")
+    for index, line in enumerate(lines):
+        match = key.match(line)
+        if not match:
+            continue
+        indent = len(match.group(1))
+        owner = next(
+            (
+                above
+                for above in reversed(lines[:index])
+                if above.strip()
+                and not above.lstrip().startswith("#")
+                and len(above) - len(above.lstrip()) < indent
+            ),
+            "",
+        )
+        in_item = item.match(owner)
+        if in_item and len(in_item.group(1)) + 2 == indent:
+            continue
+        above = lines[index - 1].strip() if index else ""
+        if not above.startswith("#"):
+            bare.append(f"line {index + 1}: {match.group(2)}")
+    return bare
+
+
+def test_every_value_has_a_comment_in_values_yaml() -> None:
+    text = (chart.CHART / "values.yaml").read_text()
+    assert not _keys_without_comment(text), _keys_without_comment(text)
+    sample = "a:\n  # b\n  b: 1\n  c: 2\n# d\nd:\n  - e: 1\n    f: 2\n"
+    assert _keys_without_comment(sample) == ["line 1: a", "line 4: c"]
+
+
+def _readme_values_table() -> dict[str, str]:
+    readme = (manifests.ROOT / "README.md").read_text()
+    section = readme.split("### Install with Helm", 1)[1].split("\n### ", 1)[0]
+    rows = re.findall(r"^\| `([A-Za-z.]+)` \| (.+) \|$", section, flags=re.MULTILINE)
+    return dict(rows)
+
+
+def test_the_readme_lists_every_top_level_value() -> None:
+    values: dict[str, Any] = yaml.safe_load((chart.CHART / "values.yaml").read_text())
+    assert set(_readme_values_table()) == set(values)
+
+
+# --- each option wired through ------------------------------------------------------------------
+
+
+def _web(objects: list[manifests.Obj], fullname: str = "hooksvc") -> manifests.Obj:
+    return manifests.find(objects, "Deployment", f"{fullname}-web")
+
+
+def _container(workload: manifests.Obj) -> manifests.Obj:
+    [container] = manifests.pod_spec(workload)["containers"]
+    found: manifests.Obj = container
+    return found
+
+
+def _env(container: manifests.Obj) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_identity_values_give_web_the_sign_in_settings_and_the_role_rules() -> None:
+    values = yaml.safe_load(chart.VALUE_SETS["identity"].read_text())  # type: ignore[union-attr]
+    objects = chart.render(chart.VALUE_SETS["identity"])
+    web = _web(objects)
+    env = _env(_container(web))
+    assert {name: env[name] for name in IDENTITY_ENV - {"HOOKSVC_OIDC_CLIENT_SECRET"}} == {
+        "HOOKSVC_OIDC_ISSUER": "https://dex.example.com",
+        "HOOKSVC_OIDC_CLIENT_ID": "hooksvc",
+        "HOOKSVC_OIDC_SCOPES": "openid email profile groups",
+        "HOOKSVC_OIDC_GROUPS_CLAIM": "groups",
+        "HOOKSVC_OIDC_CA_FILE": "/etc/hooksvc/oidc-ca/ca.crt",
+        "HOOKSVC_LOCAL_LOGIN": "0",
+        "HOOKSVC_ROLES_FILE": "/etc/hooksvc/roles/roles.yaml",
+    }
+    assert env["HOOKSVC_OIDC_CLIENT_SECRET"] == {
+        "secretKeyRef": {"name": "hooksvc-env", "key": "HOOKSVC_OIDC_CLIENT_SECRET"}
+    }
+    # The rules file is the ConfigMap's, mounted where HOOKSVC_ROLES_FILE points.
+    volumes = {v["name"]: v for v in manifests.pod_spec(web)["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in _container(web)["volumeMounts"]}
+    configmap = manifests.find(
+        objects, "ConfigMap", volumes[mounts["/etc/hooksvc/roles"]]["configMap"]["name"]
+    )
+    assert yaml.safe_load(configmap["data"]["roles.yaml"]) == {"rules": values["identity"]["roles"]}
+    assert volumes[mounts["/etc/hooksvc/oidc-ca"]]["configMap"] == {"name": "corp-ca"}
+    # New rules roll the web pods (a process reads them once).
+    annotations = web["spec"]["template"]["metadata"]["annotations"]
+    other = _web(chart.render(chart.VALUE_SETS["identity"], sets={"identity.roles[0].group": "x"}))
+    assert other["spec"]["template"]["metadata"]["annotations"] != annotations
+    # Nothing else gets them.
+    for workload in manifests.workloads(objects):
+        for container in manifests.containers(workload):
+            if container["name"] != "web":
+                assert not IDENTITY_ENV & set(_env(container)), container["name"]
+
+
+def test_the_defaults_leave_sign_in_to_hooksvcs_defaults() -> None:
+    objects = chart.render()
+    assert not IDENTITY_ENV & set(_env(_container(_web(objects))))
+    assert not [o for o in objects if o["kind"] == "ConfigMap"]
+
+
+def test_every_value_set_sets_only_variables_hooksvc_reads(
+    every_rendering: dict[str, list[manifests.Obj]],
+) -> None:
+    known = set(settings.ENVIRONMENT) | IDENTITY_ENV
+    for name, objects in every_rendering.items():
+        for workload in filter(manifests.is_hooksvc, manifests.workloads(objects)):
+            for container in manifests.containers(workload):
+                unknown = set(_env(container)) - known
+                assert not unknown, f"{name}: {manifests.id_of(workload)} sets {unknown}"
+
+
+def test_the_operators_own_tls_rbac_and_labels_are_used() -> None:
+    objects = chart.render(chart.VALUE_SETS["bring-your-own"])
+    kinds = {o["kind"] for o in objects}
+    assert not kinds & {"Certificate", "Issuer", "NetworkPolicy", "ExtensionConfig"}
+    assert "CustomResourceDefinition" not in kinds
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        assert labels["example.com/team"] == "platform", manifests.id_of(obj)
+        assert not chart.HELM_LABELS & set(labels), manifests.id_of(obj)
+        assert obj["metadata"]["name"].startswith("capi-hooks"), manifests.id_of(obj)
+    web = _web(objects, "capi-hooks")
+    volumes = {v["name"]: v for v in manifests.pod_spec(web)["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "corp-webhook-tls"
+    for workload in manifests.workloads(objects):
+        spec = manifests.pod_spec(workload)
+        assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}]
+        assert spec["serviceAccountName"] == "capi-hooks"
+        for container in manifests.containers(workload):
+            env = _env(container)
+            assert env["DATABASE_URL"] == {"secretKeyRef": {"name": "hooksvc-db", "key": "url"}}
+            assert env["CELERY_BROKER_URL"] == {
+                "secretKeyRef": {"name": "hooksvc-redis", "key": "url"}
+            }
+            assert env["HOOKSVC_SECRET_KEY"] == {
+                "secretKeyRef": {"name": "hooksvc-django", "key": "key"}
+            }
+            assert env["HOOKSVC_LOG_LEVEL"] == "DEBUG"
+            assert container["image"] == "registry.example.com/platform/hooksvc:0.1.0"
+            assert container["imagePullPolicy"] == "IfNotPresent"
+
+
+def test_a_cluster_issuer_and_prometheus_labels_are_used() -> None:
+    objects = chart.render(chart.VALUE_SETS["issuer"])
+    cert = manifests.find(objects, "Certificate", "hooksvc-webhook")
+    assert cert["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "corp-ca"}
+    assert not [o for o in objects if o["kind"] == "Issuer"]
+    monitored = [o for o in objects if o["kind"] in ("PodMonitor", "PrometheusRule")]
+    assert len(monitored) == 4
+    for obj in monitored:
+        assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    roles = {
+        (o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects if o["kind"] == "Role"
+    }
+    assert roles == {("team-a", "hooksvc-secrets"), ("team-b", "hooksvc-secrets")}
+    assert "secrets" not in str(manifests.find(objects, "ClusterRole", "hooksvc")["rules"])
+
+
+@pytest.mark.parametrize("name", list(chart.VALUE_SETS))
+def test_every_reference_between_objects_resolves(name: str) -> None:
+    """What one object names (ServiceAccount, Secret, Service, Role, Issuer, selectors)
+    exists in the same rendering, for any release name."""
+    objects = chart.render(chart.VALUE_SETS[name])
+    ids = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    pods = [w["spec"]["template"]["metadata"]["labels"] for w in manifests.workloads(objects)]
+    accounts = {n for k, n in ids if k == "ServiceAccount"}
+    for workload in manifests.workloads(objects):
+        assert manifests.pod_spec(workload)["serviceAccountName"] in accounts
+    for binding in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        assert (binding["roleRef"]["kind"], binding["roleRef"]["name"]) in ids
+        for subject in binding["subjects"]:
+            assert subject["name"] in accounts and subject["namespace"] == chart.NAMESPACE
+    for obj in objects:
+        selector = {
+            "Service": lambda o: o["spec"]["selector"],
+            "PodDisruptionBudget": lambda o: o["spec"]["selector"]["matchLabels"],
+            "NetworkPolicy": lambda o: o["spec"]["podSelector"]["matchLabels"],
+            "PodMonitor": lambda o: o["spec"]["selector"]["matchLabels"],
+        }.get(obj["kind"])
+        if selector is not None:
+            wanted = selector(obj).items()
+            assert any(wanted <= labels.items() for labels in pods), manifests.id_of(obj)
+    certs = [o for o in objects if o["kind"] == "Certificate"]
+    for cert in certs:
+        issuer = cert["spec"]["issuerRef"]
+        assert issuer["kind"] == "ClusterIssuer" or ("Issuer", issuer["name"]) in ids
+        services = {n for k, n in ids if k == "Service"}
+        assert {d.split(".")[0] for d in cert["spec"]["dnsNames"]} <= services
+    for config in (o for o in objects if o["kind"] == "ExtensionConfig"):
+        service = config["spec"]["clientConfig"]["service"]
+        assert ("Service", service["name"]) in ids and service["namespace"] == chart.NAMESPACE
+        secret = config["metadata"]["annotations"]["runtime.cluster.x-k8s.io/inject-ca-from-secret"]
+        web_secret = next(
+            v["secret"]["secretName"]
+            for w in manifests.workloads(objects)
+            for v in manifests.pod_spec(w).get("volumes", [])
+            if v["name"] == "tls"
+        )
+        assert secret == f"{chart.NAMESPACE}/{web_secret}"
+        assert not certs or {c["spec"]["secretName"] for c in certs} == {web_secret}
+    for obj in objects:
+        assert OWN_LABELS.items() <= obj["metadata"]["labels"].items(), manifests.id_of(obj)
