@@ -8,7 +8,7 @@ REQUIREMENTS_SUM := $(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(REQUIREMENTS_SUM)
 STAMP := $(VENV)/.installed-dev-$(REQUIREMENTS_SUM)
 
-.PHONY: run test lint typecheck pytest services bench bench-fleet-10000 chromium podman image clean soak crds
+.PHONY: run test lint typecheck pytest services bench bench-fleet-10000 chromium podman image clean soak crds clusterctl
 
 $(RUN_STAMP): requirements/base.txt requirements/run.txt requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,9 +49,16 @@ image:
 soak: $(STAMP) services
 	HOOKSVC_SOAK=1 $(PY) -m pytest tests/soak -s $(PYTEST_ARGS)
 
-# Regenerates k8s/base/crds from the definitions and the built-in step types (a test compares).
+# Regenerates k8s/base/crds from the definitions and the built-in step types (a test compares),
+# and clusterctl/, whose components carry them.
 crds: $(STAMP)
 	HOOKSVC_STEP_MODULES= $(PY) manage.py crds --write k8s/base/crds
+	$(PY) scripts/clusterctl-files --write clusterctl
+
+# Regenerates clusterctl/ (metadata.yaml, runtime-extension-components.yaml) from the Helm
+# chart charts/hooksvc (a test compares); `make crds` runs it too.
+clusterctl: $(STAMP)
+	$(PY) scripts/clusterctl-files --write clusterctl
 
 # Makes sure PostgreSQL and Redis answer (starting throwaway ones if needed).
 services:

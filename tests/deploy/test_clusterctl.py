@@ -1,0 +1,265 @@
+"""clusterctl/: the files of hooksvc's RuntimeExtensionProvider release, held to clusterctl's
+provider contract as Cluster API's own source states it (kubernetes-sigs/cluster-api at
+ae7ff04: docs/book/src/developer/providers/contracts/clusterctl.md, and the code cited per
+test), are what the chart renders (one source), and document every variable.
+
+What clusterctl does with the components is modelled in tests/deploy/clusterctl.py from
+cmd/clusterctl/client/repository/components.go and yamlprocessor/simple_processor.go.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy import chart, clusterctl, manifests
+from tests.deploy.conftest import CLUSTERCTL_GIVEN
+
+PROVIDER_LABEL = ("cluster.x-k8s.io/provider", "runtime-extension-hooksvc")
+
+
+def _script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(clusterctl.SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def _installed(**given: str) -> list[manifests.Obj]:
+    return clusterctl.install(clusterctl.components_text(), {**CLUSTERCTL_GIVEN, **given})
+
+
+def test_the_committed_files_are_what_the_chart_renders() -> None:
+    result = _script("--check", str(clusterctl.DIRECTORY))
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_stale_file_fails_the_check_naming_make_clusterctl(tmp_path: Path) -> None:
+    copy = clusterctl.write_copy(tmp_path)
+    path = copy / "runtime-extension-components.yaml"
+    path.write_text(path.read_text().replace("terminationGracePeriodSeconds: 35", "x: 1"))
+    result = _script("--check", str(copy))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"clusterctl-files: runtime-extension-components.yaml in {copy} differ from what the "
+        "chart renders; regenerate them (make clusterctl)\n"
+    )
+
+
+def test_the_metadata_maps_this_release_series_to_the_v1beta2_contract() -> None:
+    """clusterctl v1.11+ validates metadata.yaml: apiVersion clusterctl.cluster.x-k8s.io/
+    v1alpha3, kind Metadata, at least one release series (contract doc, "Validation Rules").
+    `clusterctl init` then looks up the series of the version it installs
+    (cmd/clusterctl/client/cluster/installer.go, getProviderContract:
+    GetReleaseSeriesForVersion, an error when none matches) and wants its contract among
+    those compatible with the core provider's (internal/contract/version.go,
+    GetCompatibleVersions: v1beta2 and, for now, v1beta1). hooksvc registers a v1beta2
+    ExtensionConfig, so its contract is v1beta2."""
+    meta = clusterctl.metadata()
+    assert meta["apiVersion"] == "clusterctl.cluster.x-k8s.io/v1alpha3"
+    assert meta["kind"] == "Metadata"
+    chart_yaml = yaml.safe_load((chart.CHART / "Chart.yaml").read_text())
+    major, minor = (int(p) for p in str(chart_yaml["appVersion"]).split(".")[:2])
+    series = {(s["major"], s["minor"]): s["contract"] for s in meta["releaseSeries"]}
+    assert series[(major, minor)] == "v1beta2"
+    assert set(series.values()) <= {"v1beta1", "v1beta2"}
+    config = manifests.find(_installed(), "ExtensionConfig", "hooksvc")
+    assert config["apiVersion"] == "runtime.cluster.x-k8s.io/v1beta2"
+
+
+def test_the_components_file_has_the_contracts_name_and_one_namespace() -> None:
+    """Runtime extension providers release `runtime-extension-components.yaml` (contract
+    doc, "Naming conventions"); the default target namespace is its one Namespace object
+    (components.go, inspectTargetNamespace: more than one is an error)."""
+    assert sorted(p.name for p in clusterctl.DIRECTORY.iterdir()) == [
+        "metadata.yaml",
+        "runtime-extension-components.yaml",
+    ]
+    assert clusterctl.target_namespace(_installed()) == "hooksvc-system"
+
+
+def _readme_variables() -> dict[str, str | None]:
+    readme = (manifests.ROOT / "README.md").read_text()
+    section = readme.split("### Install with clusterctl", 1)[1].split("\n### ", 1)[0]
+    rows = re.findall(r"^\| `([A-Z0-9_]+)` \| ([^|]+) \|", section, flags=re.MULTILINE)
+    return {name: None if d.strip() == "(required)" else d.strip().strip("`") for name, d in rows}
+
+
+def test_every_variable_is_documented_with_its_default() -> None:
+    """ "Each provider should create user facing documentation with the list of required
+    variables" (contract doc, "Variables"): README's table, both ways, defaults included."""
+    used = clusterctl.references(clusterctl.components_text())
+    assert _readme_variables() == used
+    assert {name for name, default in used.items() if default is None} == set(CLUSTERCTL_GIVEN)
+    generator = clusterctl.generator()
+    assert {v.name: v.default for v in generator["VARIABLES"]} == used
+
+
+def test_clusterctl_refuses_to_install_without_the_image_repository() -> None:
+    """simple_processor.go, Process: a variable neither set nor defaulted is missing, and
+    clusterctl stops naming it."""
+    with pytest.raises(clusterctl.MissingVariablesError) as refused:
+        clusterctl.install(clusterctl.components_text(), {})
+    assert refused.value.args == (["HOOKSVC_IMAGE_REPOSITORY"],)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a: $${X}", "a: ${X:-y}", "a: ${X=y}", "a: ${X:=${Y}}", "a: ${ X }", "a: ${X"],
+)
+def test_the_model_refuses_forms_it_does_not_substitute(text: str) -> None:
+    with pytest.raises(AssertionError):
+        clusterctl.references(text)
+
+
+def test_the_namespace_variable_moves_every_reference_to_the_namespace() -> None:
+    """clusterctl moves namespaced objects, ClusterRoleBinding subjects and Certificate
+    dnsNames to the target namespace (components.go, fixTargetNamespace, fixCertificate),
+    but not the namespace an ExtensionConfig names for its Service and CA Secret: hence
+    HOOKSVC_NAMESPACE, which sets them all."""
+    objects = _installed(HOOKSVC_NAMESPACE="platform-hooks")
+    assert clusterctl.target_namespace(objects) == "platform-hooks"
+    text = yaml.safe_dump_all(objects)
+    assert "hooksvc-system" not in text
+    config = manifests.find(objects, "ExtensionConfig", "hooksvc")
+    assert config["spec"]["clientConfig"]["service"]["namespace"] == "platform-hooks"
+    annotation = config["metadata"]["annotations"]["runtime.cluster.x-k8s.io/inject-ca-from-secret"]
+    assert annotation == "platform-hooks/hooksvc-webhook-tls"
+    cert = manifests.find(objects, "Certificate", "hooksvc-webhook")
+    assert cert["spec"]["dnsNames"][0] == "hooksvc-webhook-service.platform-hooks.svc"
+    cluster_scoped = {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "ExtensionConfig",
+    }
+    for obj in objects:
+        if obj["kind"] not in cluster_scoped:
+            assert obj["metadata"]["namespace"] == "platform-hooks", manifests.id_of(obj)
+    binding = manifests.find(objects, "ClusterRoleBinding", "hooksvc")
+    assert binding["subjects"][0]["namespace"] == "platform-hooks"
+
+
+def test_filled_in_values_keep_their_types() -> None:
+    """What clusterctl writes is text: a number stays a string where Kubernetes wants one
+    (the worker's args) and is a number where it wants one (replicas)."""
+    objects = _installed(
+        HOOKSVC_WORKER_CONCURRENCY="8",
+        HOOKSVC_WEB_REPLICAS="5",
+        HOOKSVC_WEB_MIN_AVAILABLE="4",
+        HOOKSVC_WORKER_REPLICAS="6",
+    )
+    worker = manifests.find(objects, "Deployment", "hooksvc-worker")
+    assert manifests.pod_spec(worker)["containers"][0]["args"] == ["worker", "--concurrency", "8"]
+    assert worker["spec"]["replicas"] == 6
+    assert manifests.find(objects, "Deployment", "hooksvc-web")["spec"]["replicas"] == 5
+    assert manifests.find(objects, "PodDisruptionBudget", "hooksvc-web")["spec"] == {
+        "minAvailable": 4,
+        "selector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "hooksvc",
+                "app.kubernetes.io/component": "web",
+            }
+        },
+    }
+
+
+def test_with_the_defaults_the_components_are_the_charts_objects() -> None:
+    """One source: filled in with their defaults, the components are what the chart
+    renders with the same values typed, but for the contract's container name."""
+    generator = clusterctl.generator()
+    values: dict[str, Any] = generator["values"]()
+    for variable in generator["VARIABLES"]:
+        default = CLUSTERCTL_GIVEN.get(variable.name, variable.default)
+        typed: Any = int(default) if variable.integer else default
+        for path in variable.values:
+            *parents, leaf = path.split(".")
+            node = values
+            for key in parents:
+                node = node[key]
+            node[leaf] = typed
+    expected = _chart_with(values)
+    installed = _installed()
+    web = manifests.find(installed, "Deployment", "hooksvc-web")
+    assert [c["name"] for c in manifests.pod_spec(web)["containers"]] == ["manager"]
+    manifests.pod_spec(web)["containers"][0]["name"] = "web"
+    assert chart.by_id(installed) == chart.by_id(expected)
+
+
+def _chart_with(values: dict[str, Any]) -> list[manifests.Obj]:
+    proc = subprocess.run(
+        [*_helm_template(), "--values", "-"],
+        input=yaml.safe_dump(values),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def _helm_template() -> list[str]:
+    return [chart.helm(), *chart.template_args()]
+
+
+def test_the_extension_server_runs_in_a_container_named_manager() -> None:
+    """ "The container that executes the controller/runtime extension server binary MUST
+    be called `manager`" (contract doc, "Controllers & Watching namespace"): clusterctl
+    init --wait-providers waits for the Deployments that have one
+    (cmd/clusterctl/internal/util/objs.go, IsDeploymentWithManager)."""
+    with_manager = [
+        manifests.id_of(o)
+        for o in _installed()
+        if o["kind"] == "Deployment"
+        and any(c["name"] == "manager" for c in manifests.pod_spec(o)["containers"])
+    ]
+    assert with_manager == ["Deployment/hooksvc-web"]
+
+
+def test_the_crd_names_are_the_ones_clusterctl_accepts() -> None:
+    """clusterctl refuses a CRD not named `<plural of the kind, lowercased>.<group>`
+    (cmd/clusterctl/client/cluster/installer.go, validateCRDName; util/contract,
+    CalculateCRDName with flect.Pluralize, which adds an s to these kinds)."""
+    crds = [o for o in _installed() if o["kind"] == "CustomResourceDefinition"]
+    assert len(crds) == 2
+    for crd in crds:
+        spec = crd["spec"]
+        assert crd["metadata"]["name"] == f"{spec['names']['kind'].lower()}s.{spec['group']}"
+        assert spec["names"]["plural"] == f"{spec['names']['kind'].lower()}s"
+
+
+def test_every_object_carries_the_provider_label() -> None:
+    """ "The components YAML components should be labeled with cluster.x-k8s.io/provider"
+    (contract doc, "Labels"), the value clusterctl itself sets (api/v1alpha3/labels.go,
+    ManifestLabel: runtime-extension-<name>); and none of Helm's."""
+    for obj in _installed():
+        labels = obj["metadata"]["labels"]
+        assert labels[PROVIDER_LABEL[0]] == PROVIDER_LABEL[1], manifests.id_of(obj)
+        assert not chart.HELM_LABELS & set(labels), manifests.id_of(obj)
+
+
+def test_sign_in_settings_come_from_optional_objects() -> None:
+    """No variable can leave single sign-on off by default (a variable with an empty
+    default is required: simple_processor.go, Process), so web reads the settings from a
+    ConfigMap and a Secret and the rules from a ConfigMap, each optional."""
+    web = manifests.find(_installed(), "Deployment", "hooksvc-web")
+    container = manifests.pod_spec(web)["containers"][0]
+    assert container["envFrom"] == [
+        {"configMapRef": {"name": "hooksvc-identity", "optional": True}},
+        {"secretRef": {"name": "hooksvc-identity", "optional": True}},
+    ]
+    volumes = {v["name"]: v for v in manifests.pod_spec(web)["volumes"]}
+    assert volumes["roles"]["configMap"] == {"name": "hooksvc-roles", "optional": True}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["roles"] == "/etc/hooksvc/roles"
