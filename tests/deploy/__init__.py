@@ -1,1 +1,3 @@
-"""Deployment tests: the image, docker-compose.yml and the k8s/ manifests, checked statically."""
+"""Deployment tests: the image, docker-compose.yml, the k8s/ manifests, the Helm chart and the
+clusterctl provider files.
+"""
