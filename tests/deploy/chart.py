@@ -14,12 +14,15 @@ What the chart renders differs from k8s/ only in these ways, which `kustomize_vi
 - the CRDs carry `helm.sh/resource-policy: keep` (crds.keep), so that `helm uninstall`
   does not delete every WorkflowTemplate and AddonProfile with them;
 - with the default values the release namespace is not an object of the chart
-  (namespace.create), as Helm users create it with --create-namespace or by hand.
+  (namespace.create), as Helm users create it with --create-namespace or by hand;
+- a ConfigMap named after its data (Kustomize's configMapGenerator, the chart's sign-in
+  ConfigMaps) has a hash of its own making at the end of its name (`without_hashes`).
 """
 
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import subprocess
 import sys
@@ -111,6 +114,30 @@ def kustomize_view(objects: list[Obj]) -> list[Obj]:
             if meta.get("annotations") == {}:
                 del meta["annotations"]
     return out
+
+
+#: A ConfigMap named after its data, as Kustomize's configMapGenerator and the chart's
+#: sign-in ConfigMaps are (each with its own hash: they are compared without it).
+_HASHED = re.compile(r"^(?P<name>.+)-[0-9a-z]{10}$")
+
+
+def without_hashes(objects: list[Obj]) -> list[Obj]:
+    """The objects with the hash suffix of hashed ConfigMaps' names dropped, in the
+    ConfigMaps and wherever a string names one."""
+    renamed = {
+        o["metadata"]["name"]: match.group("name")
+        for o in objects
+        if o["kind"] == "ConfigMap" and (match := _HASHED.match(o["metadata"]["name"]))
+    }
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return renamed.get(node, node) if isinstance(node, str) else node
+
+    return [walk(o) for o in objects]
 
 
 def by_id(objects: list[Obj]) -> dict[tuple[str, str, str], Obj]:

@@ -59,8 +59,8 @@ def test_helm_lint_passes_with_every_value_set(name: str) -> None:
 
 
 def _assert_same_objects(kustomized: list[manifests.Obj], charted: list[manifests.Obj]) -> None:
-    expected = chart.by_id(kustomized)
-    actual = chart.by_id(chart.kustomize_view(charted))
+    expected = chart.by_id(chart.without_hashes(kustomized))
+    actual = chart.by_id(chart.without_hashes(chart.kustomize_view(charted)))
     assert sorted(actual) == sorted(expected), (
         f"only k8s/: {sorted(set(expected) - set(actual))}; "
         f"only the chart: {sorted(set(actual) - set(expected))}"
@@ -220,11 +220,24 @@ def _env(container: manifests.Obj) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
+def _resolved(objects: list[manifests.Obj], container: manifests.Obj) -> dict[str, Any]:
+    """The container's environment with values from ConfigMaps looked up."""
+    env = _env(container)
+    for name, value in env.items():
+        ref = value.get("configMapKeyRef") if isinstance(value, dict) else None
+        if ref is not None:
+            env[name] = manifests.find(objects, "ConfigMap", ref["name"])["data"][ref["key"]]
+    return env
+
+
 def test_identity_values_give_web_the_sign_in_settings_and_the_role_rules() -> None:
+    """In k8s/'s shape: the settings in a ConfigMap, the client secret from an optional
+    Secret, the rules in a ConfigMap mounted where HOOKSVC_ROLES_FILE points; the
+    ConfigMaps' names carry a hash of their data, so that new settings roll the pods."""
     values = yaml.safe_load(chart.VALUE_SETS["identity"].read_text())  # type: ignore[union-attr]
     objects = chart.render(chart.VALUE_SETS["identity"])
     web = _web(objects)
-    env = _env(_container(web))
+    env = _resolved(objects, _container(web))
     assert {name: env[name] for name in IDENTITY_ENV - {"HOOKSVC_OIDC_CLIENT_SECRET"}} == {
         "HOOKSVC_OIDC_ISSUER": "https://dex.example.com",
         "HOOKSVC_OIDC_CLIENT_ID": "hooksvc",
@@ -235,20 +248,21 @@ def test_identity_values_give_web_the_sign_in_settings_and_the_role_rules() -> N
         "HOOKSVC_ROLES_FILE": "/etc/hooksvc/roles/roles.yaml",
     }
     assert env["HOOKSVC_OIDC_CLIENT_SECRET"] == {
-        "secretKeyRef": {"name": "hooksvc-env", "key": "HOOKSVC_OIDC_CLIENT_SECRET"}
+        "secretKeyRef": {"name": "hooksvc-oidc", "key": "client-secret", "optional": True}
     }
-    # The rules file is the ConfigMap's, mounted where HOOKSVC_ROLES_FILE points.
     volumes = {v["name"]: v for v in manifests.pod_spec(web)["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in _container(web)["volumeMounts"]}
-    configmap = manifests.find(
-        objects, "ConfigMap", volumes[mounts["/etc/hooksvc/roles"]]["configMap"]["name"]
-    )
+    rules = volumes[mounts["/etc/hooksvc/roles"]]["configMap"]["name"]
+    configmap = manifests.find(objects, "ConfigMap", rules)
     assert yaml.safe_load(configmap["data"]["roles.yaml"]) == {"rules": values["identity"]["roles"]}
     assert volumes[mounts["/etc/hooksvc/oidc-ca"]]["configMap"] == {"name": "corp-ca"}
-    # New rules roll the web pods (a process reads them once).
-    annotations = web["spec"]["template"]["metadata"]["annotations"]
-    other = _web(chart.render(chart.VALUE_SETS["identity"], sets={"identity.roles[0].group": "x"}))
-    assert other["spec"]["template"]["metadata"]["annotations"] != annotations
+    # Other rules, or other settings, are another ConfigMap: the web pods roll.
+    names = {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"}
+    for sets in ({"identity.roles[0].group": "x"}, {"identity.oidc.groupsClaim": "roles"}):
+        other = chart.render(chart.VALUE_SETS["identity"], sets=sets)
+        changed = {o["metadata"]["name"] for o in other if o["kind"] == "ConfigMap"}
+        assert len(changed - names) == 1, sets
+        assert _web(other)["spec"]["template"] != web["spec"]["template"], sets
     # Nothing else gets them.
     for workload in manifests.workloads(objects):
         for container in manifests.containers(workload):
