@@ -7,7 +7,9 @@ create (uid, a resourceVersion counter shared by all objects, creationTimestamp,
 generation), 201 on create, generateName, 409 on a stale resourceVersion, an isolated status
 subresource, server-side apply that creates or merges, JSON merge and JSON patch, label and
 field selectors on list and watch, watches that resume from a resourceVersion, end on
-`timeoutSeconds` and report 410 for a compacted one, and kube-apiserver's `Status` bodies.
+`timeoutSeconds`, report 410 for a compacted one and "too large resource version" for one
+newer than the store (after `restore`, an etcd restore), kube-apiserver's `Status` bodies,
+and bearer-token authentication once a test names the tokens it accepts (401 otherwise).
 What every cluster runs always runs here too: DELETE with finalizers and propagation, the
 namespace controller and the garbage collector (`kube_lifecycle`), and CustomResourceDefinitions
 served once accepted and established (`kube_crds`). Other controllers are switched on by
@@ -68,15 +70,31 @@ T = TypeVar("T")
 DEFAULT_WATCH_SECONDS = 1800.0
 
 
+#: How long a watch from a resourceVersion newer than the store waits for it before it
+#: fails: apiserver storage/cacher watch_cache.go blockTimeout (3 s).
+FRESH_WAIT_SECONDS = 3.0
+
+
 @dataclasses.dataclass
 class _Fault:
-    """An injected answer: a failure `code`, or a `delay` before the real answer."""
+    """An injected answer: a failure `code`, a canned `answer`, or a `delay` before the real one."""
 
     method: str
     path: re.Pattern[str]
     remaining: int
     code: int | None = None
     delay: float = 0.0
+    headers: dict[str, str] | None = None
+    details: JSON | None = None
+    answer: Callable[[], web.StreamResponse] | None = None
+
+
+class _Canned(Exception):
+    """Answer with this response instead of serving the request."""
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        super().__init__("canned answer")
+        self.response = response
 
 
 class KubeEmulator:
@@ -96,6 +114,9 @@ class KubeEmulator:
             ]
         )
         self._faults: list[_Fault] = []
+        #: Bearer tokens accepted; empty accepts any (no authentication).
+        self._tokens: set[str] = set()
+        self.fresh_wait_seconds = FRESH_WAIT_SECONDS
         self._runner: web.AppRunner | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -225,10 +246,81 @@ class KubeEmulator:
         """What `GET .../pods/<name>/log` answers for that pod's container ("": its only one)."""
         self._call(self._store.logs.__setitem__, (namespace, name, container), text)
 
-    def fail_next(self, method: str, path_regex: str, code: int, times: int = 1) -> None:
-        """Answer the next `times` requests matching method ("*": any) and path with `code`."""
-        fault = _Fault(method.upper(), re.compile(path_regex), times, code=code)
+    def fail_next(
+        self,
+        method: str,
+        path_regex: str,
+        code: int,
+        times: int = 1,
+        *,
+        retry_after: str | None = None,
+        details: JSON | None = None,
+    ) -> None:
+        """Answer the next `times` requests matching method ("*": any) and path with `code`:
+        a Status with `details` (e.g. retryAfterSeconds), and a Retry-After header if given."""
+        headers = {"Retry-After": retry_after} if retry_after is not None else None
+        fault = _Fault(
+            method.upper(),
+            re.compile(path_regex),
+            times,
+            code=code,
+            headers=headers,
+            details=details,
+        )
         self._call(self._faults.append, fault)
+
+    def throttle_next(
+        self, method: str, path_regex: str, retry_after: str = "1", times: int = 1
+    ) -> None:
+        """Refuse the next `times` matching requests as priority and fairness (and
+        max-in-flight) do: 429, a Retry-After header and a plain-text body, not a Status
+        (apiserver server/filters/priority-and-fairness.go and maxinflight.go
+        tooManyRequests: `http.Error(w, "Too many requests, please try again later.", 429)`).
+        """
+
+        def answer() -> web.StreamResponse:
+            return web.Response(
+                status=429,
+                text="Too many requests, please try again later.\n",
+                headers={"Retry-After": retry_after, "X-Content-Type-Options": "nosniff"},
+            )
+
+        fault = _Fault(method.upper(), re.compile(path_regex), times, answer=answer)
+        self._call(self._faults.append, fault)
+
+    def fail_next_watch(
+        self, path_regex: str, code: int, *, reason: str | None = None, details: JSON | None = None
+    ) -> None:
+        """Answer the next watch of a matching collection 200, then one ERROR event with this
+        Status and the end of the stream: how kube-apiserver reports what goes wrong once a
+        watch is admitted (apiserver storage/cacher/cacher.go Watch, `newErrWatcher`)."""
+        status = ApiError(code, f"injected by the test: {code}", reason=reason, details=details)
+
+        def answer() -> web.StreamResponse:
+            event = {"type": "ERROR", "object": status.status()}
+            return web.Response(
+                body=json.dumps(event).encode() + b"\n", content_type="application/json"
+            )
+
+        fault = _Fault("WATCH", re.compile(path_regex), 1, answer=answer)
+        self._call(self._faults.append, fault)
+
+    def accept_tokens(self, *tokens: str) -> None:
+        """Authenticate requests: only these bearer tokens are accepted (none given: any).
+
+        A request without one of them is answered as kube-apiserver's authentication filter
+        answers it: 401, reason Unauthorized, message "Unauthorized"
+        (apiserver endpoints/filters/authentication.go `Unauthorized`).
+        """
+        self._call(self._set_tokens, set(tokens))
+
+    def snapshot(self) -> Any:
+        """The store as an etcd snapshot keeps it, for `restore`."""
+        return self._call(self._store.snapshot)
+
+    def restore(self, snapshot: Any) -> None:
+        """Restore an etcd snapshot: objects and resourceVersion go back, open watches end."""
+        self._call(self._store.restore, snapshot)
 
     def delay_next(self, method: str, path_regex: str, seconds: float, times: int = 1) -> None:
         """Answer the next `times` matching requests only after `seconds` (client timeouts)."""
@@ -262,7 +354,12 @@ class KubeEmulator:
     def _reset(self) -> None:
         self._store.reset()
         self._faults.clear()
+        self._tokens = set()
+        self.fresh_wait_seconds = FRESH_WAIT_SECONDS
         self.requests.clear()
+
+    def _set_tokens(self, tokens: set[str]) -> None:
+        self._tokens = tokens
 
     # --- HTTP --------------------------------------------------------------------------
 
@@ -297,20 +394,37 @@ class KubeEmulator:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.method, request.path_qs))
         try:
+            self._authenticate(request)
             await self._inject_fault(request)
             return await self._route(request)
+        except _Canned as canned:
+            return canned.response
         except ApiError as exc:
-            headers = {"Retry-After": "1"} if exc.code == 429 else None
-            return web.json_response(exc.status(), status=exc.code, headers=headers)
+            return _failure(exc)
+
+    def _authenticate(self, request: web.Request) -> None:
+        if not self._tokens:
+            return
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or token not in self._tokens:
+            raise ApiError(401, "Unauthorized")
 
     async def _inject_fault(self, request: web.Request) -> None:
+        """Apply the first matching fault: answer in its place, or delay the real answer."""
+        watching = request.method == "GET" and request.query.get("watch") in ("true", "1")
         for fault in self._faults:
-            if fault.method in ("*", request.method) and fault.path.search(request.path):
+            method = "WATCH" if watching and fault.method == "WATCH" else request.method
+            if fault.method in ("*", method) and fault.path.search(request.path):
                 fault.remaining -= 1
                 if fault.remaining <= 0:
                     self._faults.remove(fault)
+                if fault.answer is not None:
+                    raise _Canned(fault.answer())
                 if fault.code is not None:
-                    raise ApiError(fault.code, f"injected by the test: {fault.code}")
+                    error = ApiError(
+                        fault.code, f"injected by the test: {fault.code}", details=fault.details
+                    )
+                    raise _Canned(_failure(error, fault.headers))
                 await asyncio.sleep(fault.delay)
                 return
 
@@ -414,10 +528,14 @@ class KubeEmulator:
         matches = kube_views.matcher(ns, request.query)
         timeout = float(request.query.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS)
         deadline = self._loop.time() + timeout
+        since = request.query.get("resourceVersion", "")
+        if since.isdigit() and int(since) > self._store.rv:
+            backlog = await self._too_large(int(since))
+        else:
+            backlog = []
         # The backlog is computed and the queue registered with no await in between, so no
         # change can fall between them.
-        since = request.query.get("resourceVersion", "")
-        backlog = list(kube_views.backlog(self._store, res, since, matches))
+        backlog = backlog or list(kube_views.backlog(self._store, res, since, matches))
         queue: asyncio.Queue[Change | None] = asyncio.Queue()
         self._store.watchers.add(queue)
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -443,6 +561,30 @@ class KubeEmulator:
             self._store.watchers.discard(queue)
         return response
 
+    async def _too_large(self, since: int) -> list[JSON]:
+        """A watch from a resourceVersion the store has not reached (an etcd restore took it
+        back): the watch cache waits `fresh_wait_seconds` for it, then fails the watch with
+        a Timeout whose cause is ResourceVersionTooLarge (apiserver storage/cacher
+        watch_cache.go waitUntilFreshAndBlock, storage/errors.go
+        NewTooLargeResourceVersionError; errors.NewTimeoutError: 504, "Timeout: ...")."""
+        deadline = self._loop.time() + self.fresh_wait_seconds
+        while since > self._store.rv and self._loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        if since <= self._store.rv:
+            return []
+        error = ApiError(
+            504,
+            f"Timeout: Too large resource version: {since}, current: {self._store.rv}",
+            reason="Timeout",
+            details={
+                "causes": [
+                    {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+                ],
+                "retryAfterSeconds": 1,
+            },
+        )
+        return [{"type": "ERROR", "object": error.status()}]
+
     def _openapi_v3(self, parts: list[str]) -> JSON:
         resources = self._store.resources.values()
         if not parts:
@@ -462,6 +604,13 @@ class KubeEmulator:
             "compiler": "gc",
             "platform": "linux/amd64",
         }
+
+
+def _failure(error: ApiError, headers: dict[str, str] | None = None) -> web.StreamResponse:
+    """A failure Status; a 429 says when to come back (Retry-After: 1 unless told)."""
+    if headers is None and error.code == 429:
+        headers = {"Retry-After": "1"}
+    return web.json_response(error.status(), status=error.code, headers=headers)
 
 
 def eventually(what: str, check: Callable[[], object], timeout: float = 5.0) -> None:

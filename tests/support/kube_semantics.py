@@ -2,14 +2,16 @@
 
 `tests.support.kube` owns the server and its state; this module holds what does not need
 either, so each rule reads (and is tested) on its own: label and field selectors as
-kube-apiserver parses them, JSON merge patch (RFC 7386), JSON patch (RFC 6902), and the
-`Status` bodies the official client turns into `ApiException`.
+kube-apiserver parses them, JSON merge patch (RFC 7386), JSON patch (RFC 6902), the
+`Status` bodies the official client turns into `ApiException`, and the validation of the
+built-in kinds whose fields the emulator checks (Leases).
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import json
 import re
 from typing import Any
 
@@ -243,3 +245,43 @@ def fold_string_data(obj: JSON) -> None:
             data[key] = base64.b64encode(str(value).encode()).decode()
         obj["data"] = data
     obj.setdefault("type", "Opaque")
+
+
+# --- validation of built-in kinds -------------------------------------------------------
+
+#: metav1.MicroTime's only JSON form: RFC 3339 with exactly six fractional digits
+#: (apimachinery pkg/apis/meta/v1/micro_time.go UnmarshalJSON, layout RFC3339Micro).
+_MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$")
+
+
+def validate(group: str, kind: str, obj: JSON) -> None:
+    """What kube-apiserver refuses in a written object of a kind the emulator checks.
+
+    Leases: MicroTime fields that do not decode are a 400 (the body cannot be decoded);
+    kubernetes pkg/apis/coordination/validation ValidateLeaseSpec makes a non-positive
+    leaseDurationSeconds or a negative leaseTransitions a 422.
+    """
+    if (group, kind) != ("coordination.k8s.io", "Lease"):
+        return
+    spec = obj.get("spec") or {}
+    for field in ("acquireTime", "renewTime"):
+        value = spec.get(field)
+        if value is not None and not (isinstance(value, str) and _MICRO_TIME.match(value)):
+            raise ApiError(
+                400,
+                'Lease in version "v1" cannot be handled as a Lease: parsing time '
+                f'{json.dumps(value)} as "2006-01-02T15:04:05.000000Z07:00": cannot parse',
+            )
+    name = (obj.get("metadata") or {}).get("name", "")
+    for field, least, words in (
+        ("leaseDurationSeconds", 1, "must be greater than 0"),
+        ("leaseTransitions", 0, "must be greater than or equal to 0"),
+    ):
+        value = spec.get(field)
+        if value is not None and (not isinstance(value, int) or value < least):
+            raise ApiError(
+                422,
+                f'Lease.coordination.k8s.io "{name}" is invalid: spec.{field}: Invalid value: '
+                f"{value}: {words}",
+                details={"name": name, "group": "coordination.k8s.io", "kind": "Lease"},
+            )

@@ -29,6 +29,7 @@ from tests.support.kube_semantics import (
     fold_string_data,
     json_patch,
     merge_patch,
+    validate,
 )
 
 #: How many changes the watch history keeps; a watch from before them answers 410.
@@ -150,6 +151,21 @@ class Store:
         self.history.clear()
         self.compacted_rv = self.rv
 
+    def snapshot(self) -> tuple[int, dict[Key, JSON]]:
+        """What an etcd snapshot keeps: every object and the revision."""
+        return self.rv, copy.deepcopy(self.objects)
+
+    def restore(self, snapshot: tuple[int, dict[Key, JSON]]) -> None:
+        """An etcd restore: the objects and revision of `snapshot`, no history, no watches.
+
+        The revision goes back, so a client's newer resourceVersion is now "too large".
+        """
+        self.close_watches()
+        self.rv, objects = snapshot
+        self.objects = copy.deepcopy(objects)
+        self.history.clear()
+        self.compacted_rv = self.rv
+
     def resource_of(self, api_version: str, kind: str) -> Resource:
         group, _, version = api_version.rpartition("/")
         for res in self.resources.values():
@@ -230,6 +246,7 @@ class Store:
 
     def _update(self, res: Resource, key: Key, old: JSON, new: JSON) -> JSON:
         """Store a changed object: no-op writes keep their rv; released deletions complete."""
+        validate(res.group, res.kind, new)
         new_meta, old_meta = _meta(new), _meta(old)
         for field in ("uid", "creationTimestamp", "name", "namespace", "deletionTimestamp"):
             if field in old_meta:
@@ -339,6 +356,7 @@ class Store:
     def create(self, res: Resource, ns: str, obj: JSON, *, verb: str = "create") -> JSON:
         """A POST (`verb` "create"), or a server-side apply that creates ("patch")."""
         key, obj = self._admit(res, ns, obj)
+        validate(res.group, res.kind, obj)
         self._admit_create(res, ns, key[3], verb)
         if key in self.objects:
             name = key[3]
