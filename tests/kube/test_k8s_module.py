@@ -2,7 +2,9 @@
 
 The management cluster is the emulator, reached through the kubeconfig file named by the
 KUBECONFIG_PATH setting; a workload cluster is the same emulator, reached through a
-`<cluster>-kubeconfig` Secret as CAPI writes it.
+`<cluster>-kubeconfig` Secret as CAPI writes it. The emulator authenticates bearer tokens
+when a test names the ones it accepts (kube-apiserver's authentication filter answers 401
+"Unauthorized" otherwise: apiserver endpoints/filters/authentication.go `Unauthorized`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from django.test import override_settings
 from tests.kube.conftest import NS
 from tests.support.kube import KubeEmulator
 from workflows import errors
-from workflows.kube import k8s
+from workflows.kube import events, k8s
 
 CLUSTER = "prod-eu-1"
+#: The token of the management cluster's kubeconfig (KubeEmulator.kubeconfig).
+MANAGEMENT_TOKEN = "emulator-token"
 
 
 def kubeconfig_secret(kube: KubeEmulator, value: bytes, **extra: Any) -> dict[str, Any]:
@@ -35,10 +39,12 @@ def kubeconfig_secret(kube: KubeEmulator, value: bytes, **extra: Any) -> dict[st
     )
 
 
-def workload_kubeconfig(kube: KubeEmulator, host: str = "localhost") -> bytes:
+def workload_kubeconfig(kube: KubeEmulator, host: str = "localhost", token: str = "") -> bytes:
     # The same emulator under another name, so a test can tell which kubeconfig a client has.
     config = kube.kubeconfig()
     config["clusters"][0]["cluster"]["server"] = f"http://{host}:{kube.port}"
+    if token:
+        config["users"][0]["user"]["token"] = token
     return yaml.safe_dump(config).encode()
 
 
@@ -203,7 +209,7 @@ def test_server_errors_and_throttling_are_unreachable(
 @pytest.mark.parametrize(
     ("code", "error", "permanent"),
     [
-        (401, k8s.Forbidden, True),
+        (401, k8s.Unauthorized, False),
         (403, k8s.Forbidden, True),
         (422, k8s.Invalid, True),
         (400, k8s.Invalid, True),
@@ -259,8 +265,8 @@ def test_emit_event_creates_an_event_on_the_cluster_then_bumps_its_count(
         "reason": "WorkflowStarted",
         "message": "workflow backup started",
     }
-    k8s.emit_event(**story)
-    name = k8s.event_name(CLUSTER, "WorkflowStarted", "workflow backup started")
+    events.emit_event(**story)
+    name = events.event_name(CLUSTER, "WorkflowStarted", "workflow backup started")
     event = kube.get_object("", "v1", "events", NS, name)
     assert event is not None
     assert event["involvedObject"] == {
@@ -277,7 +283,7 @@ def test_emit_event_creates_an_event_on_the_cluster_then_bumps_its_count(
         1,
     )
     assert event["source"] == {"component": "hooksvc"}
-    k8s.emit_event(**story)
+    events.emit_event(**story)
     bumped = kube.get_object("", "v1", "events", NS, name)
     assert bumped is not None and bumped["count"] == 2
     assert len(kube.list_objects("", "v1", "events", NS)) == 1
@@ -285,7 +291,7 @@ def test_emit_event_creates_an_event_on_the_cluster_then_bumps_its_count(
 
 def test_a_different_message_is_a_different_event(kube: KubeEmulator) -> None:
     for message in ("step 1 failed", "step 2 failed"):
-        k8s.emit_event(
+        events.emit_event(
             namespace=NS,
             cluster_name=CLUSTER,
             cluster_uid="u",
@@ -293,6 +299,89 @@ def test_a_different_message_is_a_different_event(kube: KubeEmulator) -> None:
             message=message,
             type="Warning",
         )
-    events = kube.list_objects("", "v1", "events", NS)
-    assert sorted(e["message"] for e in events) == ["step 1 failed", "step 2 failed"]
-    assert {e["type"] for e in events} == {"Warning"}
+    recorded = kube.list_objects("", "v1", "events", NS)
+    assert sorted(e["message"] for e in recorded) == ["step 1 failed", "step 2 failed"]
+    assert {e["type"] for e in recorded} == {"Warning"}
+
+
+# --- 401: credentials rotate ------------------------------------------------------------
+
+
+def test_a_workload_client_that_gets_401_reads_its_rotated_kubeconfig_secret_once(
+    kube: KubeEmulator,
+) -> None:
+    """A token kubeconfig is rewritten by its provider while a step holds a client
+    (cluster-api-provider-aws pkg/cloud/services/eks/config.go updateCAPIKubeconfigSecret
+    writes a new 15-minute token at each reconcile); client-go refreshes credentials on a
+    401 (client-go transport/token_source.go tokenSourceTransport.RoundTrip,
+    plugin/pkg/client/auth/exec/exec.go roundTripper.RoundTrip) instead of failing."""
+    kube.accept_tokens(MANAGEMENT_TOKEN, "old-token")
+    kubeconfig_secret(kube, workload_kubeconfig(kube, token="old-token"))
+    api = k8s.workload_api(NS, CLUSTER)
+    assert namespace_name(api) == NS
+    # The provider rotates: the old token stops working, the Secret holds the new one.
+    kubeconfig_secret(kube, workload_kubeconfig(kube, token="new-token"))
+    kube.accept_tokens(MANAGEMENT_TOKEN, "new-token")
+    assert namespace_name(api) == NS, "the held client took the new token on its 401"
+    secret_reads = [p for m, p in kube.requests if m == "GET" and "-kubeconfig" in p]
+    assert len(secret_reads) == 2, "one read to build the client, one after the 401"
+
+
+def test_a_401_the_secret_cannot_cure_is_unauthorized_and_temporary(kube: KubeEmulator) -> None:
+    """The Secret still holds the refused token (its provider has not rotated it yet): the
+    call fails as Unauthorized, a temporary error, not Forbidden; the Secret is read once."""
+    kube.accept_tokens(MANAGEMENT_TOKEN)
+    kubeconfig_secret(kube, workload_kubeconfig(kube, token="expired-token"))
+    api = k8s.workload_api(NS, CLUSTER)
+    reads = sum(1 for m, p in kube.requests if m == "GET" and "-kubeconfig" in p)
+    with pytest.raises(k8s.Unauthorized) as exc:
+        namespace_name(api)
+    assert exc.value.message == "API server answered 401 Unauthorized"
+    assert isinstance(exc.value, errors.TemporaryError)
+    assert sum(1 for m, p in kube.requests if m == "GET" and "-kubeconfig" in p) == reads + 1
+    assert "expired-token" not in repr(exc.value)
+
+
+# --- 429 and 5xx: Retry-After -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "delay"),
+    [("7", 7.0), ("0", 1.0), ("3600", k8s.MAX_RETRY_AFTER_SECONDS), ("soon", None)],
+)
+def test_throttling_by_priority_and_fairness_sets_the_next_attempts_delay(
+    kube: KubeEmulator, retry_after: str, delay: float | None
+) -> None:
+    """apiserver server/filters/priority-and-fairness.go answers 429 with a plain-text body
+    and Retry-After (1-32 s: util/flowcontrol/dropped_requests_tracker.go); client-go
+    waits it out (rest/with_retry.go checkWait, whole seconds only). hooksvc hands it to
+    the engine as the TemporaryError's delay, bounded."""
+    kube.throttle_next("GET", "/namespaces$", retry_after=retry_after)
+    with pytest.raises(k8s.Unreachable) as exc:
+        k8s.call(k8s.core(k8s.management_api()).list_namespace)
+    assert (exc.value.status, exc.value.delay) == (429, delay)
+
+
+@pytest.mark.parametrize(
+    ("code", "headers", "details", "delay"),
+    [
+        (503, "5", None, 5.0),
+        (503, None, {"retryAfterSeconds": 2}, 2.0),
+        (500, None, None, None),
+        (504, None, {"retryAfterSeconds": 1, "causes": []}, 1.0),
+    ],
+)
+def test_a_server_error_that_says_when_to_come_back_sets_the_delay(
+    kube: KubeEmulator,
+    code: int,
+    headers: str | None,
+    details: dict[str, Any] | None,
+    delay: float | None,
+) -> None:
+    """5xx too (client-go checkWait: `r >= 500`); a Status' details.retryAfterSeconds when no
+    header says it (apimachinery pkg/api/errors SuggestsClientDelay), as a watch cache
+    that is not ready answers (storage/cacher: errors.NewTooManyRequests, NewTimeoutError)."""
+    kube.fail_next("GET", "/namespaces$", code, retry_after=headers, details=details)
+    with pytest.raises(k8s.Unreachable) as exc:
+        k8s.call(k8s.core(k8s.management_api()).list_namespace)
+    assert (exc.value.status, exc.value.delay) == (code, delay)

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import close_old_connections, connection
 
-from workflows.kube import k8s
+from workflows.kube import k8s, watches
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class ListWatch:
         self.resource_version = str((found.get("metadata") or {}).get("resourceVersion") or "")
 
     def _watch(self) -> None:
-        events = k8s.watch(
+        events = watches.watch(
             k8s.management_api(),
             self.collection(),
             resource_version=self.resource_version,

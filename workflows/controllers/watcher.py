@@ -41,7 +41,7 @@ from workflows.definitions import addons, typed
 from workflows.engine import messages
 from workflows.hookpath import runs as hook_runs
 from workflows.hookpath import selection
-from workflows.kube import k8s
+from workflows.kube import k8s, watches
 from workflows.models import KnownCluster, Run, WorkflowTemplate
 
 logger = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ class Watcher(listwatch.ListWatch):
         return self.path
 
     def fetch(self) -> dict[str, Any]:
-        self.path, found = k8s.list_clusters(k8s.management_api())
+        self.path, found = watches.list_clusters(k8s.management_api())
         return found
 
     def counted(self, outcome: str) -> None:

@@ -15,10 +15,12 @@ deterministic, so a repeat bumps the same Event's count.
 
 from __future__ import annotations
 
+import datetime
+import hashlib
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from workflows import errors
 from workflows.kube import k8s
@@ -54,6 +56,69 @@ def message(run: Run, outcome: str) -> str:
     return text
 
 
+def event_name(cluster_name: str, reason: str, message: str) -> str:
+    """The same story gives the same Event, so repeating it bumps a count."""
+    digest = hashlib.sha256(f"{reason}\n{message}".encode()).hexdigest()[:12]
+    return f"{cluster_name}.hooksvc.{reason.lower()}.{digest}"
+
+
+def emit_event(
+    *,
+    namespace: str,
+    cluster_name: str,
+    cluster_uid: str,
+    reason: str,
+    message: str,
+    type: Literal["Normal", "Warning"] = "Normal",
+) -> None:
+    """Record a core/v1 Event on the Cluster, or bump the count of the same one."""
+    api = k8s.core(k8s.management_api())
+    name = event_name(cluster_name, reason, message)
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    what = f"Event {namespace}/{name}"
+    body = {
+        "metadata": {"name": name, "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": f"{k8s.CLUSTER_GROUP}/{k8s.CLUSTER_VERSIONS[0]}",
+            "kind": "Cluster",
+            "name": cluster_name,
+            "namespace": namespace,
+            "uid": cluster_uid,
+        },
+        "reason": reason,
+        "message": message,
+        "type": type,
+        "source": {"component": "hooksvc"},
+        "reportingComponent": "hooksvc",
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    try:
+        k8s.call(api.create_namespaced_event, namespace, body, what=what)
+        return
+    except k8s.Conflict:
+        pass
+    for _ in range(3):
+        found = k8s.call(api.read_namespaced_event, name, namespace, what=what)
+        patch = {
+            # The resourceVersion makes a concurrent bump a 409, retried from a fresh read.
+            "metadata": {
+                "resourceVersion": found.metadata.resource_version if found.metadata else None
+            },
+            "count": (found.count or 1) + 1,
+            "lastTimestamp": now,
+        }
+        merge = "application/merge-patch+json"
+        patch_event = api.patch_namespaced_event
+        try:
+            k8s.call(patch_event, name, namespace, patch, _content_type=merge, what=what)
+            return
+        except k8s.Conflict:
+            continue
+    raise k8s.Conflict(f"{what}: changed concurrently three times")
+
+
 def emit(run_id: int, outcome: str, text: str = "") -> None:
     """Record the run's `outcome` as an Event on its Cluster (`text`, or the outcome's own
     message); K8sErrors propagate."""
@@ -69,7 +134,7 @@ def emit(run_id: int, outcome: str, text: str = "") -> None:
     run = Run.objects.filter(pk=run_id).first()
     if run is None:  # deleted since (a test database, an operator)
         return
-    k8s.emit_event(
+    emit_event(
         namespace=run.cluster_namespace,
         cluster_name=run.cluster_name,
         cluster_uid=str((run.context.get("cluster") or {}).get("uid") or ""),

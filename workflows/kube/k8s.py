@@ -3,10 +3,13 @@
 Steps get API clients here (`management_api`, `workload_api`) and make every call through
 `call` (or inside `translated`), which adds `REQUEST_TIMEOUT` and turns the client's
 exceptions into the `K8sError` family below, so that an unreachable API server is a
-`TemporaryError` the engine retries. Clients are built from explicit `Configuration`
-objects: the `kubernetes` package reads $KUBECONFIG once at import, which a worker must not
-depend on. Messages are deterministic and never carry a response body, a token or a
-kubeconfig: they end up in CAPI's conditions.
+`TemporaryError` the engine retries, after the server's `Retry-After` when it gave one. A
+workload cluster's client re-reads its kubeconfig Secret once when the API server answers
+401 (token kubeconfigs rotate), as client-go refreshes credentials on 401. Clients are
+built from explicit `Configuration` objects: the `kubernetes` package reads $KUBECONFIG
+once at import, which a worker must not depend on. Messages are deterministic and never
+carry a response body, a token or a kubeconfig: they end up in CAPI's conditions. Watches
+are `workflows.kube.watches`.
 """
 
 from __future__ import annotations
@@ -14,13 +17,11 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import datetime
-import hashlib
 import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import kubernetes
 import urllib3
@@ -36,6 +37,9 @@ ApiClient = kubernetes.client.ApiClient
 
 #: (connect, read) seconds for every call. Steps pass it too, through `call`/`options()`.
 REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
+#: The most a 429 or 5xx's Retry-After delays the next attempt (priority and fairness asks
+#: 1-32 s: apiserver util/flowcontrol/dropped_requests_tracker.go, maxRetryAfter).
+MAX_RETRY_AFTER_SECONDS = 60.0
 CLUSTER_GROUP = "cluster.x-k8s.io"
 #: Newest first: CAPI serves v1beta2 since 1.11; older management clusters only v1beta1.
 CLUSTER_VERSIONS = ("v1beta2", "v1beta1")
@@ -77,6 +81,15 @@ class Forbidden(K8sError, errors.PermanentError):
     """hooksvc is not allowed to do this."""
 
 
+class Unauthorized(K8sError, errors.TemporaryError):
+    """The API server did not accept the credentials (401): expired or rotated, not refused.
+
+    client-go refreshes credentials on a 401 and the next request carries new ones
+    (transport/token_source.go ResetTokenOlderThan, plugin/pkg/client/auth/exec roundTripper);
+    a workload cluster's client re-reads its kubeconfig Secret once before this is raised.
+    """
+
+
 class Invalid(K8sError, errors.PermanentError):
     """The API server rejected the request as invalid."""
 
@@ -105,7 +118,9 @@ def _error_for(status: int) -> type[K8sError]:
         return NotFound
     if status == 409:
         return Conflict
-    if status in (401, 403):
+    if status == 401:
+        return Unauthorized
+    if status == 403:
         return Forbidden
     if status in (400, 422):
         return Invalid
@@ -122,12 +137,8 @@ def translated(what: str = "") -> Iterator[None]:
         yield
     except ApiException as exc:
         status = int(exc.status or 0)
-        error = _error_for(status)(
-            f"{prefix}API server answered {status} {exc.reason or ''}".strip()
-        )
-        error.status = status
-        error.reason, error.causes = _status_reasons(exc.body)
-        raise error from exc
+        message = f"{prefix}API server answered {status} {exc.reason or ''}".strip()
+        raise answered(status, exc.body, message, headers=exc.headers) from exc
     except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as exc:
         cause = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
         # NewConnectionError subclasses ConnectTimeoutError in urllib3, though nothing timed out.
@@ -139,10 +150,26 @@ def translated(what: str = "") -> Iterator[None]:
         ) from exc
 
 
+def answered(
+    status: int, body: Any, message: str, *, headers: Mapping[str, str] | None = None
+) -> K8sError:
+    """The error for an API server's answer `status` with `body` (a Status, as JSON or a dict).
+
+    410 is `Gone` (a watch's resourceVersion was compacted: list again); a temporary one
+    waits what the answer asks (`retry_after`).
+    """
+    error = (Gone if status == 410 else _error_for(status))(message)
+    error.status = status
+    error.reason, error.causes = _status_reasons(body)
+    if isinstance(error, errors.TemporaryError) and (status == 429 or status >= 500):
+        error.delay = retry_after(headers, body)
+    return error
+
+
 def _status_reasons(body: Any) -> tuple[str, tuple[str, ...]]:
     """The reason and the causes' reasons of a Status body (empty when it is not one)."""
     try:
-        status = json.loads(body) if isinstance(body, str | bytes) else None
+        status = json.loads(body) if isinstance(body, str | bytes) else body
     except ValueError:
         return "", ()
     if not isinstance(status, dict):
@@ -150,6 +177,29 @@ def _status_reasons(body: Any) -> tuple[str, tuple[str, ...]]:
     causes = (status.get("details") or {}).get("causes") or []
     found = tuple(str(c.get("reason")) for c in causes if isinstance(c, dict) and c.get("reason"))
     return str(status.get("reason") or ""), found
+
+
+def retry_after(headers: Mapping[str, str] | None, body: Any) -> float | None:
+    """Seconds a 429 or 5xx asks to wait, bounded; None when it asks nothing.
+
+    The Retry-After header as client-go reads it (rest/with_retry.go checkWait: whole
+    seconds only), else the Status' details.retryAfterSeconds (apimachinery
+    api/errors SuggestsClientDelay), as a watch cache that is not ready answers.
+    """
+    seconds: float | None = None
+    raw = (headers or {}).get("Retry-After", "")
+    if raw.strip().isdigit():
+        seconds = float(raw)
+    else:
+        try:
+            status = json.loads(body) if isinstance(body, str | bytes) else body
+            given = (status.get("details") or {}).get("retryAfterSeconds")
+            seconds = float(given) if isinstance(given, int) and given > 0 else None
+        except (ValueError, AttributeError):
+            seconds = None
+    if seconds is None:
+        return None
+    return min(max(seconds, 1.0), MAX_RETRY_AFTER_SECONDS)
 
 
 def call(fn: Callable[..., T], /, *args: Any, what: str = "", **kwargs: Any) -> T:
@@ -161,17 +211,85 @@ def call(fn: Callable[..., T], /, *args: Any, what: str = "", **kwargs: Any) -> 
 # --- clients ---------------------------------------------------------------------------
 
 
-def _api_client(configuration: kubernetes.client.Configuration) -> ApiClient:
+def _configured(configuration: kubernetes.client.Configuration) -> Any:
     # urllib3 would retry connection failures and wait out a 429's Retry-After inside the
-    # worker; the engine retries with its own backoff instead.
+    # worker; the engine retries with its own backoff (and the server's Retry-After) instead.
     configuration.retries = urllib3.Retry(0, respect_retry_after_header=False)
-    return ApiClient(configuration)
+    return configuration
+
+
+def _api_client(configuration: kubernetes.client.Configuration) -> ApiClient:
+    return ApiClient(_configured(configuration))
+
+
+class WorkloadClient(ApiClient):
+    """A workload cluster's client, kept per cluster; its credentials follow the Secret.
+
+    On a 401 it reads the kubeconfig Secret again and, when the Secret changed, sends the
+    same request once more with the new credentials: a token kubeconfig is rewritten by
+    its provider (cluster-api-provider-aws writes a 15-minute EKS token at every
+    reconcile: pkg/cloud/services/eks/config.go updateCAPIKubeconfigSecret), and client-go
+    refreshes credentials on 401 rather than failing for good.
+    """
+
+    def __init__(
+        self, configuration: Any, *, namespace: str, cluster_name: str, version: str
+    ) -> None:
+        super().__init__(_configured(configuration))
+        self.namespace, self.cluster_name, self.version = namespace, cluster_name, version
+        self._renewing = threading.Lock()
+
+    def adopt(self, version: str, configuration: Any) -> None:
+        """Use the credentials of the Secret at `version` from now on (held API objects too)."""
+        with self._renewing:
+            if version == self.version:
+                return
+            old = self.rest_client
+            configuration = _configured(configuration)
+            self.rest_client = kubernetes.client.rest.RESTClientObject(configuration)
+            self.configuration, self.version = configuration, version
+        old.close()  # a request still on it finishes; its connection is not reused
+
+    def call_api(
+        self,
+        method: str,
+        url: str,
+        header_params: dict[str, Any] | None = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any:
+        used = self.configuration
+        response = super().call_api(method, url, header_params, body, post_params, _request_timeout)
+        if response.status != 401 or not self._renewed(used):
+            return response
+        response.read()  # type: ignore[no-untyped-call]
+        response.response.release_conn()
+        # The request was built with the old credentials and server: rebuild those parts.
+        headers = {k: v for k, v in (header_params or {}).items() if k.lower() != "authorization"}
+        self.update_params_for_auth(headers, [], ["BearerToken"], url, method, body)
+        if url.startswith(used.host):
+            url = self.configuration.host + url[len(used.host) :]
+        return super().call_api(method, url, headers, body, post_params, _request_timeout)
+
+    def _renewed(self, used: Any) -> bool:
+        """After a 401: True when other credentials than `used` are now in place."""
+        if self.configuration is not used:
+            return True  # another thread read the Secret meanwhile
+        try:
+            version, data = _read_kubeconfig_secret(self.namespace, self.cluster_name)
+            if version == self.version:
+                return False  # the same Secret: the same credentials, the 401 stands
+            self.adopt(version, _secret_configuration(self.namespace, self.cluster_name, data))
+        except K8sError:
+            return False
+        return True
 
 
 _lock = threading.Lock()
 # One management cluster: the client for its current source, rebuilt when the source changes.
 _management: tuple[tuple[Any, ...], ApiClient] | None = None
-_workload: dict[tuple[str, str], tuple[str, ApiClient]] = {}
+_workload: dict[tuple[str, str], WorkloadClient] = {}
 
 
 def _load(source: tuple[Any, ...], configuration: kubernetes.client.Configuration) -> None:
@@ -222,7 +340,7 @@ def forget_clients() -> None:
     """Close and drop every cached client (tests; a process that forked)."""
     global _management
     with _lock:
-        clients = [api for _, api in _workload.values()]
+        clients: list[ApiClient] = list(_workload.values())
         clients += [_management[1]] if _management else []
         _management = None
         _workload.clear()
@@ -242,36 +360,23 @@ def _secret_config(namespace: str, secret: str, data: Mapping[str, Any] | None) 
     return config
 
 
-def workload_kubeconfig(namespace: str, cluster_name: str) -> bytes:
-    """The raw kubeconfig of CAPI's `<cluster>-kubeconfig` Secret, for CLIs such as helm."""
+def _read_kubeconfig_secret(
+    namespace: str, cluster_name: str
+) -> tuple[str, Mapping[str, Any] | None]:
+    """The resourceVersion and data of CAPI's `<cluster>-kubeconfig` Secret."""
     secret = f"{cluster_name}-kubeconfig"
     try:
         found = call(core(management_api()).read_namespaced_secret, secret, namespace)
     except NotFound:
         raise KubeconfigUnavailable(f"kubeconfig Secret {namespace}/{secret} not found") from None
-    if not isinstance(_secret_config(namespace, secret, found.data), dict):
-        message = f"kubeconfig Secret {namespace}/{secret} is not a usable kubeconfig"
-        raise KubeconfigUnavailable(message)
-    return base64.b64decode((found.data or {})["value"])
+    return str(found.metadata.resource_version if found.metadata else ""), found.data
 
 
-def workload_api(namespace: str, cluster_name: str) -> ApiClient:
-    """The workload cluster, from CAPI's `<cluster>-kubeconfig` Secret (key `value`).
-
-    The Secret is read on every call; a client is kept per cluster until the Secret's
-    resourceVersion changes (CAPI rotates it).
-    """
+def _secret_configuration(
+    namespace: str, cluster_name: str, data: Mapping[str, Any] | None
+) -> kubernetes.client.Configuration:
     secret = f"{cluster_name}-kubeconfig"
-    try:
-        found = call(core(management_api()).read_namespaced_secret, secret, namespace)
-    except NotFound:
-        raise KubeconfigUnavailable(f"kubeconfig Secret {namespace}/{secret} not found") from None
-    version = str(found.metadata.resource_version if found.metadata else "")
-    with _lock:
-        cached = _workload.get((namespace, cluster_name))
-        if cached is not None and cached[0] == version:
-            return cached[1]
-    config = _secret_config(namespace, secret, found.data)
+    config = _secret_config(namespace, secret, data)
     configuration = kubernetes.client.Configuration()
     try:
         if not isinstance(config, dict):
@@ -283,12 +388,43 @@ def workload_api(namespace: str, cluster_name: str) -> ApiClient:
     except Exception:
         message = f"kubeconfig Secret {namespace}/{secret} is not a usable kubeconfig"
         raise KubeconfigUnavailable(message) from None
-    api = _api_client(configuration)
+    return configuration
+
+
+def workload_kubeconfig(namespace: str, cluster_name: str) -> bytes:
+    """The raw kubeconfig of CAPI's `<cluster>-kubeconfig` Secret, for CLIs such as helm."""
+    _, data = _read_kubeconfig_secret(namespace, cluster_name)
+    secret = f"{cluster_name}-kubeconfig"
+    if not isinstance(_secret_config(namespace, secret, data), dict):
+        message = f"kubeconfig Secret {namespace}/{secret} is not a usable kubeconfig"
+        raise KubeconfigUnavailable(message)
+    return base64.b64decode((data or {})["value"])
+
+
+def workload_api(namespace: str, cluster_name: str) -> ApiClient:
+    """The workload cluster, from CAPI's `<cluster>-kubeconfig` Secret (key `value`).
+
+    The Secret is read on every call; one client is kept per cluster, and takes the
+    Secret's credentials whenever its resourceVersion changes (CAPI rotates it), so API
+    objects a step holds follow too.
+    """
+    version, data = _read_kubeconfig_secret(namespace, cluster_name)
     with _lock:
-        old = _workload.get((namespace, cluster_name))
-        _workload[(namespace, cluster_name)] = (version, api)
-    if old is not None:
-        old[1].close()  # type: ignore[no-untyped-call]
+        api = _workload.get((namespace, cluster_name))
+    if api is not None and api.version == version:
+        return api
+    configuration = _secret_configuration(namespace, cluster_name, data)
+    if api is not None:
+        api.adopt(version, configuration)
+        return api
+    made = WorkloadClient(
+        configuration, namespace=namespace, cluster_name=cluster_name, version=version
+    )
+    with _lock:
+        api = _workload.setdefault((namespace, cluster_name), made)
+    if api is not made:  # another thread made one meanwhile
+        made.close()  # type: ignore[no-untyped-call]
+        api.adopt(version, configuration)
     return api
 
 
@@ -309,8 +445,12 @@ def request(
     query: list[tuple[str, str]] | None = None,
     body: Any = None,
     content_type: str | None = None,
+    timeout: tuple[float, float] | None = None,
 ) -> Any:
-    """A REST call on any path, for what the typed APIs lack; JSON answer as dicts."""
+    """A REST call on any path, for what the typed APIs lack; JSON answer as dicts.
+
+    `timeout` (connect, read) replaces REQUEST_TIMEOUT for a call with a tighter deadline.
+    """
     headers = {"Accept": "application/json"}
     if content_type:
         headers["Content-Type"] = content_type
@@ -323,86 +463,12 @@ def request(
         auth_settings=["BearerToken"],
     )
     with translated(what):
-        response = api.call_api(*serialized, _request_timeout=REQUEST_TIMEOUT)
+        response = api.call_api(*serialized, _request_timeout=timeout or REQUEST_TIMEOUT)
         response.read()  # type: ignore[no-untyped-call]
         return api.response_deserialize(response, {"2XX": "object"}).data
 
 
-# --- watches ---------------------------------------------------------------------------
-
-
-def watch(
-    api: ApiClient,
-    path: str,
-    *,
-    resource_version: str,
-    timeout_seconds: int,
-    what: str,
-) -> Iterator[dict[str, Any]]:
-    """The events of one watch of the collection `path` from `resource_version`.
-
-    Ends when the server ends the watch (after `timeout_seconds`); raises `Gone` when the
-    resourceVersion was compacted away (the caller lists again) and `Unreachable` when the
-    connection fails (the caller resumes from the last resourceVersion it saw).
-    """
-    query = [
-        ("watch", "true"),
-        ("resourceVersion", resource_version),
-        ("timeoutSeconds", str(timeout_seconds)),
-        ("allowWatchBookmarks", "true"),
-    ]
-    serialized = api.param_serialize(
-        method="GET",
-        resource_path=path,
-        query_params=query,
-        header_params={"Accept": "application/json"},
-        auth_settings=["BearerToken"],
-    )
-    # The read timeout outlasts the server's own end of the watch.
-    timeout = (REQUEST_TIMEOUT[0], timeout_seconds + REQUEST_TIMEOUT[1])
-    with translated(what):
-        response = api.call_api(*serialized, _request_timeout=timeout)
-        raw = response.response
-        try:
-            if response.status >= 300:
-                _raise_watch_error(int(response.status), what)
-            buffer = b""
-            for chunk in raw.stream(65536):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    event: dict[str, Any] = json.loads(line)
-                    if event.get("type") == "ERROR":
-                        code = (event.get("object") or {}).get("code")
-                        _raise_watch_error(int(code or 500), what)
-                    yield event
-        finally:
-            raw.release_conn()
-
-
-def _raise_watch_error(status: int, what: str) -> None:
-    error_type = Gone if status == 410 else _error_for(status)
-    error = error_type(f"{what}: API server answered {status}")
-    error.status = status
-    raise error
-
-
-def list_clusters(api: ApiClient) -> tuple[str, dict[str, Any]]:
-    """Every CAPI Cluster, at the newest version served: (collection path, the List)."""
-    for version in CLUSTER_VERSIONS:
-        path = f"/apis/{CLUSTER_GROUP}/{version}/clusters"
-        try:
-            found: dict[str, Any] = request(api, "GET", path, what="Clusters")
-            return path, found
-        except NotFound:
-            if version == CLUSTER_VERSIONS[-1]:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-# --- Clusters and Events ---------------------------------------------------------------
+# --- Clusters --------------------------------------------------------------------------
 
 
 def get_cluster(namespace: str, name: str) -> dict[str, Any]:
@@ -419,65 +485,3 @@ def get_cluster(namespace: str, name: str) -> dict[str, Any]:
             if version == CLUSTER_VERSIONS[-1]:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def event_name(cluster_name: str, reason: str, message: str) -> str:
-    """The same story gives the same Event, so repeating it bumps a count."""
-    digest = hashlib.sha256(f"{reason}\n{message}".encode()).hexdigest()[:12]
-    return f"{cluster_name}.hooksvc.{reason.lower()}.{digest}"
-
-
-def emit_event(
-    *,
-    namespace: str,
-    cluster_name: str,
-    cluster_uid: str,
-    reason: str,
-    message: str,
-    type: Literal["Normal", "Warning"] = "Normal",
-) -> None:
-    """Record a core/v1 Event on the Cluster, or bump the count of the same one."""
-    api = core(management_api())
-    name = event_name(cluster_name, reason, message)
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    what = f"Event {namespace}/{name}"
-    body = {
-        "metadata": {"name": name, "namespace": namespace},
-        "involvedObject": {
-            "apiVersion": f"{CLUSTER_GROUP}/{CLUSTER_VERSIONS[0]}",
-            "kind": "Cluster",
-            "name": cluster_name,
-            "namespace": namespace,
-            "uid": cluster_uid,
-        },
-        "reason": reason,
-        "message": message,
-        "type": type,
-        "source": {"component": "hooksvc"},
-        "reportingComponent": "hooksvc",
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
-    try:
-        call(api.create_namespaced_event, namespace, body, what=what)
-        return
-    except Conflict:
-        pass
-    for _ in range(3):
-        found = call(api.read_namespaced_event, name, namespace, what=what)
-        patch = {
-            # The resourceVersion makes a concurrent bump a 409, retried from a fresh read.
-            "metadata": {
-                "resourceVersion": found.metadata.resource_version if found.metadata else None
-            },
-            "count": (found.count or 1) + 1,
-            "lastTimestamp": now,
-        }
-        merge = "application/merge-patch+json"
-        try:
-            call(api.patch_namespaced_event, name, namespace, patch, _content_type=merge, what=what)
-            return
-        except Conflict:
-            continue
-    raise Conflict(f"{what}: changed concurrently three times")
