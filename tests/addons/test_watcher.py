@@ -4,7 +4,18 @@ Covers: a Cluster without a topology that gets a deletionTimestamp gets its remo
 (and only the generated templates that match it); a Cluster with a topology is left to
 the hook; the watcher survives the API server going away and resumes from its
 resourceVersion without listing again; a compacted resourceVersion (410 Gone) makes it
-list again; handling a Cluster twice creates nothing twice.
+list again; so do a resourceVersion the API server calls too large (after an etcd
+restore) and an error event in the watch, while a throttled watch (429) resumes; /healthz
+tells a loop the API server keeps refusing from one it cannot reach; handling a Cluster
+twice creates nothing twice.
+
+Upstream: kubernetes/client-go v0.36 `tools/cache/reflector.go` (`Reflector.watch`: 410
+and other answered errors end the watch and the reflector lists again, 429 and a refused
+connection back off and watch from the same version; `isTooLargeResourceVersionError`;
+`VeryShortWatchError`); kube-apiserver's watch cache answers a too-large version with an
+ERROR event, 504 Timeout, cause ResourceVersionTooLarge (apiserver storage/cacher
+cacher.go Watch `newErrWatcher`, watch_cache.go waitUntilFreshAndBlock, storage/errors.go
+NewTooLargeResourceVersionError).
 """
 
 from __future__ import annotations
@@ -118,8 +129,12 @@ def test_a_deleted_cluster_without_a_topology_gets_its_removal_runs(
 
 
 def test_the_watcher_survives_an_api_server_restart_and_resumes_where_it_was(
-    tmp_path: Path, kube: KubeEmulator, running: watcher.Watcher
+    tmp_path: Path, kube: KubeEmulator, running: watcher.Watcher, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The stop may cut a watch that had just begun, which client-go takes for a watch the
+    # server ends at once (VeryShortWatchError) and lists again; this test is about the
+    # refused connections that follow.
+    monkeypatch.setattr(listwatch, "SHORTEST_WATCH_SECONDS", 0.0)
     apply(tmp_path, profile("prod"))
     listed = lists(kube)
     kube.stop()
@@ -201,7 +216,72 @@ def test_a_watch_loop_that_stopped_turning_fails_its_health() -> None:
     try:
         assert _get(f"http://127.0.0.1:{port}/healthz") == (200, "ok\n")
         stuck.last_pass -= stuck.stale_after_seconds + 1
-        assert _get(f"http://127.0.0.1:{port}/healthz") == (503, "the watch loop is stuck\n")
+        assert _get(f"http://127.0.0.1:{port}/healthz") == (503, "the Clusters loop is stuck\n")
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_after_an_etcd_restore_the_watcher_lists_again_rather_than_wait_for_its_version(
+    tmp_path: Path, kube: KubeEmulator, running: watcher.Watcher
+) -> None:
+    """The restore takes resourceVersions back: the watcher's is now "too large". Resuming
+    from it would miss every change until the store passed it again (the deleted Cluster
+    below, made at a version under the watcher's); the reflector lists again instead."""
+    apply(tmp_path, profile("prod"))
+    kube.fresh_wait_seconds = 0.2
+    before = kube.snapshot()
+    for name in ("a", "b", "c"):
+        kube.put_object(cluster(name, topology=False, deleting=False, uid=f"u-{name}"))
+    wait_for("the watcher to see them", lambda: int(running.resource_version) >= before[0] + 3)
+    listed = lists(kube)
+    kube.restore(before)
+    kube.put_object(cluster("plain", topology=False, deleting=True, uid="u-plain"))
+    wait_for("the removal run", lambda: bool(removals()))
+    assert removals() == [("plain", "addon-remove-prod")]
+    assert lists(kube) > listed, "listed again"
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"), [(500, "InternalError"), (504, "Timeout"), (403, "Forbidden")]
+)
+def test_an_error_event_in_the_watch_makes_the_watcher_list_again(
+    tmp_path: Path, kube: KubeEmulator, running: watcher.Watcher, code: int, reason: str
+) -> None:
+    apply(tmp_path, profile("prod"))
+    listed = lists(kube)
+    kube.fail_next_watch("/clusters$", code, reason=reason)
+    wait_for("a new list", lambda: lists(kube) > listed)
+    kube.put_object(cluster("plain", topology=False, deleting=True, uid="u-plain"))
+    wait_for("the removal run", lambda: bool(removals()))
+
+
+def test_a_throttled_watch_resumes_from_its_version_without_listing(
+    tmp_path: Path, kube: KubeEmulator, running: watcher.Watcher
+) -> None:
+    apply(tmp_path, profile("prod"))
+    listed = lists(kube)
+    kube.throttle_next("GET", "/clusters$", retry_after="1", times=3)
+    kube.put_object(cluster("plain", topology=False, deleting=True, uid="u-plain"))
+    wait_for("the removal run", lambda: bool(removals()))
+    assert lists(kube) == listed, "a 429 is patience asked for, not a bad version"
+    assert running.healthy()
+
+
+def test_health_fails_when_the_api_server_keeps_refusing_not_when_it_is_away(
+    kube: KubeEmulator, running: watcher.Watcher
+) -> None:
+    running.progress_deadline_seconds = 1.0
+    kube.stop()
+    threading.Event().wait(2.0)  # failing passes, over the deadline: no answer at all
+    assert running.problem() == "", "an unreachable API server is no reason to restart"
+    kube.start()
+    kube.fail_next("GET", "/clusters", 500, times=1000)
+    wait_for("the loop to report no progress", lambda: bool(running.problem()))
+    assert running.problem() == (
+        "the Clusters loop makes no progress: the API server has refused its lists and"
+        " watches for over 1 s"
+    )
+    kube.reset()
+    kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fleet"}})
+    wait_for("progress again", lambda: running.problem() == "")

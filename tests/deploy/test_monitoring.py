@@ -269,8 +269,8 @@ def test_monitoring_is_its_own_kustomization_and_not_in_the_base(
 
 
 class _Turning:
-    def healthy(self) -> bool:
-        return True
+    def problem(self) -> str:
+        return ""
 
 
 def _watcher_sample_names() -> set[str]:

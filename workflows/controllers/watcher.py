@@ -2,8 +2,8 @@
 
 CAPI calls lifecycle hooks only for Clusters with a managed topology (ClusterClass; see
 kubernetes-sigs/cluster-api#11491). `Watcher` lists and watches the management cluster's
-Clusters (`workflows.controllers.listwatch`: re-lists on 410 Gone, resumes from the last
-resourceVersion after a connection error) and
+Clusters (`workflows.controllers.listwatch`: lists again when the API server refuses a version,
+resumes from the last resourceVersion when it does not answer) and
 
 - when a Cluster without a topology gets a deletionTimestamp, ensures the removal runs the
   BeforeClusterDelete hook would start (`hookpath.runs.runs_ensure` with the matching generated
@@ -17,10 +17,11 @@ resourceVersion after a connection error) and
   missed the DELETED event, still starts them once.
 
 Runs are unique per (template, cluster, moment), so handling a Cluster again (a re-list, a
-restart) changes nothing. With a port, `serve` answers /healthz (the loops are still
-turning: 503 once one has not finished a pass for `stale_after_seconds`, e.g. stuck on a
-hung connection) and /metrics. /healthz does not fail while the API server is merely
-unreachable: a restart would not help; alert on the metrics instead.
+restart) changes nothing. With a port, `serve` answers /healthz and /metrics. /healthz is
+503, saying why, when the process does not lead as it should (`leader.Manager.problem`) or a
+loop is stuck (no pass finished for `stale_after_seconds`, e.g. on a hung connection) or
+makes no progress while the API server refuses its lists and watches; it does not fail
+while the API server is merely unreachable: a restart would not help (alert on the metrics).
 """
 
 from __future__ import annotations
@@ -217,9 +218,9 @@ for _metric in (
 
 
 class Healthy(Protocol):
-    """A loop (or the manager of loops) that says whether it still turns."""
+    """A loop (or the manager of loops) that says what keeps it from working, if anything."""
 
-    def healthy(self) -> bool: ...
+    def problem(self) -> str: ...
 
 
 def serve(loop: Healthy, port: int, host: str = "") -> http.server.ThreadingHTTPServer:
@@ -228,8 +229,8 @@ def serve(loop: Healthy, port: int, host: str = "") -> http.server.ThreadingHTTP
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/healthz":
-                ok = loop.healthy()
-                status, body = (200, b"ok\n") if ok else (503, b"the watch loop is stuck\n")
+                problem = loop.problem()
+                status, body = (503, f"{problem}\n".encode()) if problem else (200, b"ok\n")
                 content_type = "text/plain"
             elif self.path == "/metrics":
                 status, body = 200, generate_latest(_REGISTRY)
