@@ -81,6 +81,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_REQUEST_DEADLINE_SECONDS": "a request is cut off after this long, default 30",
     "HOOKSVC_WORKER_METRICS_PORT": "a Celery worker serves its own /metrics on this port",
     "HOOKSVC_WATCHER_PORT": "the Cluster watcher serves /healthz and /metrics on this port",
+    "HOOKSVC_WATCHER_LEASE_NAMESPACE": "namespace of the Lease `hooksvc-watcher` that elects"
+    " the watcher's leader; default: the Pod's own namespace, outside a Pod `default`",
     "HOOKSVC_METRICS_TOKEN": _METRICS_TOKEN_HELP,
     "PROMETHEUS_MULTIPROC_DIR": "directory where every process writes its metric samples; "
     "default HOOKSVC_DATA_DIR/prometheus (web and worker share it to be counted together)",
@@ -348,6 +350,8 @@ KUBECONFIG_PATH = Path(
     or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
     or Path.home() / ".kube" / "config"
 )
+#: Where the watcher's leader Lease lives; empty: the Pod's namespace (controllers.leader).
+WATCHER_LEASE_NAMESPACE = os.environ.get("HOOKSVC_WATCHER_LEASE_NAMESPACE", "")
 #: The helm binary of the add-on steps' charts; empty: looked up (workflows.steps.helm).
 HELM_BINARY = os.environ.get("HOOKSVC_HELM", "")
 HELM_TIMEOUT_SECONDS = _number("HOOKSVC_HELM_TIMEOUT_SECONDS", 300)

@@ -20,11 +20,17 @@ EXPECTED_CLUSTER_RULES = {
     ("", "secrets"): {"get", "list", "watch"},
     ("", "events"): {"get", "create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
-    # The resource controller: hooksvc's custom resources, and only the status it writes.
-    ("hooks.hooksvc.io", "workflowtemplates"): {"list", "watch"},
-    ("hooks.hooksvc.io", "addonprofiles"): {"list", "watch"},
+    # The resource controller: hooksvc's custom resources (read again on a 409), and only the
+    # status it writes.
+    ("hooks.hooksvc.io", "workflowtemplates"): {"get", "list", "watch"},
+    ("hooks.hooksvc.io", "addonprofiles"): {"get", "list", "watch"},
     ("hooks.hooksvc.io", "workflowtemplates/status"): {"patch"},
     ("hooks.hooksvc.io", "addonprofiles/status"): {"patch"},
+}
+#: The watcher's leader Lease, in hooksvc's namespace: create it, then get and update it only.
+EXPECTED_LEASE_RULES = {
+    ("coordination.k8s.io", "leases", ""): {"create"},
+    ("coordination.k8s.io", "leases", "hooksvc-watcher"): {"get", "update"},
 }
 RBAC_KINDS = ("ClusterRole", "Role")
 #: The one writable path of a hooksvc container (a mount path in the pod, not a file here).
@@ -38,6 +44,18 @@ def _rule_set(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def _named_rule_set(rules: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
+    """Like `_rule_set`, keyed by resource name too ("" for a rule without resourceNames)."""
+    out: dict[tuple[str, str, str], set[str]] = {}
+    for rule in rules:
+        assert set(rule) <= {"apiGroups", "resources", "resourceNames", "verbs"}, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for name in rule.get("resourceNames") or [""]:
+                    out.setdefault((group, resource, name), set()).update(rule["verbs"])
     return out
 
 
@@ -118,13 +136,38 @@ def test_the_cluster_role_grants_exactly_the_listed_rules(
 ) -> None:
     for name, objects in rendered.items():
         roles = [o for o in objects if o["kind"] in RBAC_KINDS]
-        assert [manifests.id_of(r) for r in roles] == ["ClusterRole/hooksvc"], name
-        assert _rule_set(roles[0]["rules"]) == EXPECTED_CLUSTER_RULES, name
+        assert sorted(manifests.id_of(r) for r in roles) == [
+            "ClusterRole/hooksvc",
+            "Role/hooksvc-watcher-lease",
+        ], name
+        cluster_role = manifests.find(objects, "ClusterRole", "hooksvc")
+        assert _rule_set(cluster_role["rules"]) == EXPECTED_CLUSTER_RULES, name
         binding = manifests.find(objects, "ClusterRoleBinding", "hooksvc")
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "ClusterRole",
             "name": "hooksvc",
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "hooksvc", "namespace": "hooksvc-system"}
+        ]
+
+
+def test_the_watcher_may_hold_its_leader_lease_and_nothing_else_in_its_namespace(
+    rendered: dict[str, list[manifests.Obj]],
+) -> None:
+    """client-go's leaselock creates the Lease, then gets and updates it
+    (tools/leaderelection/resourcelock/leaselock.go Get, Create, Update)."""
+    for name, objects in rendered.items():
+        role = manifests.find(objects, "Role", "hooksvc-watcher-lease")
+        assert role["metadata"]["namespace"] == "hooksvc-system", name
+        assert _named_rule_set(role["rules"]) == EXPECTED_LEASE_RULES, name
+        binding = manifests.find(objects, "RoleBinding", "hooksvc-watcher-lease")
+        assert binding["metadata"]["namespace"] == "hooksvc-system", name
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "hooksvc-watcher-lease",
         }
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "hooksvc", "namespace": "hooksvc-system"}
@@ -194,6 +237,7 @@ def test_the_management_steps_component_grants_configmaps_and_jobs_in_one_namesp
     assert sorted(manifests.id_of(r) for r in roles) == [
         "ClusterRole/hooksvc",
         "Role/hooksvc-management-steps",
+        "Role/hooksvc-watcher-lease",
     ]
     role = manifests.find(objects, "Role", "hooksvc-management-steps")
     assert role["metadata"]["namespace"] == "hooksvc-system"

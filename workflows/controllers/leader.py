@@ -5,54 +5,47 @@ it runs the Cluster watcher (`workflows.controllers.watcher`) and one resource c
 per kind (`workflows.controllers.resources`), each in its own thread; losing the lead (or
 being asked to stop) stops them, and a replica that does not lead stands by.
 
-The lead is a PostgreSQL session-level advisory lock (`pg_try_advisory_lock`) held on a
-connection of its own, rather than a coordination.k8s.io Lease as client-go's
-leaderelection takes one: everything the loops write that must happen once (runs, the
-templates and profiles) is in PostgreSQL, the lock lives beside it, needs no RBAC and no
-clock, and goes with its session: a leader that exits or dies frees it at once (a Lease
-waits out its duration). Its session sets TCP keepalives (idle 10 s, then 3 probes 5 s
-apart) so that PostgreSQL also ends the session of a leader whose machine vanished within
-about 25 s, and the leader checks its connection every `CHECK_SECONDS`, with
-`tcp_user_timeout` bounding a check on a dead network, and stops its loops when the
-check fails. Two leaders for a moment would not break anything (every write is
-idempotent: a run per moment is a unique row, the upserts change nothing twice, status
-writes are computed from the same rows): the lock keeps replicas from doubling the work
-and the API server's load.
+The lead is the Lease `hooksvc-watcher` (`workflows.controllers.lease`), campaigned for
+and renewed as client-go's leaderelection does (`LeaderElector.acquire` and `renew`):
+a candidate tries every retry period (with jitter); the leader renews every retry period
+and, when no renewal succeeds within the renew deadline, stops its loops (before the
+lease's duration lets a standby take over); a leader that stops cleanly releases the Lease,
+so a standby leads within a retry period. Why a Lease rather than the PostgreSQL
+session-level advisory lock it replaces: the README supports a transaction-pooling
+PgBouncer, which hands a session's server connection to other clients between
+transactions, so a session lock is neither held by the leader nor freed when it dies; the
+Lease lives in the API server the loops watch anyway (a leader cut off from it has nothing
+to do), needs no database session, and shows who leads (`kubectl get lease`). It costs a
+leader that dies without releasing: its lease runs out first (15 s by default).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import os
+import random
+import socket
 import threading
 import time
+import uuid
+from pathlib import Path
 from typing import Any, Protocol
 
-import psycopg
-from django.db import connection
+from django.conf import settings
 
 from hooksvc import metrics
+from workflows.controllers import lease
 
 logger = logging.getLogger(__name__)
 
-#: The advisory lock's key, hashed by PostgreSQL (hashtext) to the lock's number.
-LOCK = "hooksvc-watcher-leader"
-CHECK_SECONDS = 5.0
-CAMPAIGN_SECONDS = 5.0
-#: libpq: keepalives of the lock's connection, and how long unacknowledged data may wait.
-_CLIENT_KEEPALIVES = {
-    "keepalives": 1,
-    "keepalives_idle": 10,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 30000,
-}
-#: The same on the server's side of the session (settable by any user, per session).
-_SERVER_KEEPALIVES = (
-    "SET tcp_keepalives_idle = 10",
-    "SET tcp_keepalives_interval = 5",
-    "SET tcp_keepalives_count = 3",
-)
+LEASE_NAME = "hooksvc-watcher"
+#: Where a Pod's ServiceAccount namespace is mounted (the Lease's default namespace there).
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+#: A leader whose lease was not renewed for its duration and this long is unhealthy
+#: (client-go leaderelection HealthzAdaptor: `Check(maxTolerableExpiredLease)`).
+TOLERABLE_EXPIRED_LEASE_SECONDS = 20.0
+#: How long a stopping leader tries to release the Lease (within hooksvc.pid1.LEAVE_SECONDS).
+RELEASE_SECONDS = 1.5
 
 
 class Loop(Protocol):
@@ -60,53 +53,21 @@ class Loop(Protocol):
 
     def run(self) -> None: ...
 
-    def healthy(self) -> bool: ...
+    def problem(self) -> str: ...
 
 
-class Leader:
-    """The advisory lock on a connection of its own (not Django's: it closes idle ones)."""
+def lease_namespace() -> str:
+    """HOOKSVC_WATCHER_LEASE_NAMESPACE, else the Pod's namespace, else `default`."""
+    if settings.WATCHER_LEASE_NAMESPACE:
+        return str(settings.WATCHER_LEASE_NAMESPACE)
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and SERVICE_ACCOUNT_NAMESPACE.exists():
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    return "default"
 
-    def __init__(self) -> None:
-        self._conn: psycopg.Connection[Any] | None = None
 
-    @property
-    def held(self) -> bool:
-        return self._conn is not None
-
-    def acquire(self) -> bool:
-        """Take the lead if free; False (and no connection kept) if another replica has it."""
-        params = {**connection.get_connection_params(), **_CLIENT_KEEPALIVES}
-        conn = psycopg.connect(**params, autocommit=True)
-        try:
-            for statement in _SERVER_KEEPALIVES:
-                conn.execute(statement)
-            row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [LOCK]).fetchone()
-        except psycopg.Error:
-            conn.close()
-            raise
-        if not (row and row[0]):
-            conn.close()
-            return False
-        self._conn = conn
-        return True
-
-    def check(self) -> bool:
-        """True while the session (and so the lock) is alive."""
-        if self._conn is None:
-            return False
-        try:
-            self._conn.execute("SELECT 1")
-        except psycopg.Error:
-            self.release()
-            return False
-        return True
-
-    def release(self) -> None:
-        """Give the lead up (closing the session frees the lock)."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):  # the session is gone, and the lock too
-                conn.close()
+def identity() -> str:
+    """This replica: the host (a Pod's name) and a unique suffix, as client-go's users do."""
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
 
 
 class Manager:
@@ -117,40 +78,73 @@ class Manager:
         *,
         stop: threading.Event,
         loops: Any,
-        check_seconds: float = CHECK_SECONDS,
-        campaign_seconds: float = CAMPAIGN_SECONDS,
+        timing: lease.Timing | None = None,
+        namespace: str | None = None,
+        name: str = LEASE_NAME,
+        holder: str | None = None,
     ) -> None:
         self.stop = stop
         #: Called at each new term with the term's stop event: the loops to run.
         self.make_loops = loops
-        self.check_seconds = check_seconds
-        self.campaign_seconds = campaign_seconds
-        self.leader = Leader()
+        self.timing = timing or lease.Timing()
+        self.lease = lease.Lease(
+            namespace=namespace or lease_namespace(),
+            name=name,
+            identity=holder or identity(),
+            timing=self.timing,
+        )
         self.loops: list[Loop] = []
+        self.leading = False
         self.terms = 0
 
+    def problem(self) -> str:
+        """A standby is healthy; a leader is while it renews and every loop still turns."""
+        if not self.leading:
+            return ""
+        late = time.monotonic() - self.lease.observed_at
+        if late > self.timing.lease_duration + TOLERABLE_EXPIRED_LEASE_SECONDS:
+            return f"the lead was not renewed for {late:.0f} s"
+        return next((p for loop in self.loops if (p := loop.problem())), "")
+
     def healthy(self) -> bool:
-        """A standby is healthy; a leader is while every loop still turns."""
-        return all(loop.healthy() for loop in self.loops) if self.leader.held else True
+        return not self.problem()
 
     def run(self) -> None:
         try:
             while not self.stop.is_set():
-                try:
-                    leading = self.leader.acquire()
-                except psycopg.Error as exc:
-                    logger.warning(
-                        "cannot campaign for the lead: the database did not answer",
-                        extra={"action": "leader_campaign_failed", "error": type(exc).__name__},
-                    )
-                    leading = False
-                if leading:
+                if self._acquire():
                     self._lead()
-                else:
-                    self.stop.wait(self.campaign_seconds)
         finally:
-            self.leader.release()
             metrics.WATCHER_LEADER.set(0)
+
+    def _try(self, timeout: float) -> bool:
+        try:
+            return self.lease.try_acquire_or_renew(timeout=timeout)
+        except Exception:
+            logger.exception("campaigning for the lead failed", extra={"action": "leader_error"})
+            return False
+
+    def _acquire(self) -> bool:
+        """Try every retry period (jittered) until the lease is ours; False once stopped."""
+        while not self.stop.is_set():
+            if self._try(self.timing.renew_deadline):
+                return True
+            # Spreading candidates' tries, not a secret.
+            jitter = random.uniform(1.0, lease.JITTER_FACTOR)  # noqa: S311  # nosec B311
+            self.stop.wait(self.timing.retry_period * jitter)
+        return False
+
+    def _renewed(self) -> bool:
+        """Renew within the renew deadline, trying every retry period (client-go `renew`)."""
+        deadline = time.monotonic() + self.timing.renew_deadline
+        while not self.stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if self._try(remaining):
+                return True
+            self.stop.wait(min(self.timing.retry_period, max(0.0, deadline - time.monotonic())))
+        return True  # asked to stop, not lost
 
     def _lead(self) -> None:
         self.terms += 1
@@ -160,25 +154,47 @@ class Manager:
             threading.Thread(target=loop.run, name=f"watch-{i}", daemon=True)
             for i, loop in enumerate(self.loops)
         ]
-        logger.info("leading: watches started", extra={"action": "leader_elected"})
+        self.leading = True
+        logger.info(
+            "leading: watches started",
+            extra={
+                "action": "leader_elected",
+                "lease": self.lease.path,
+                "holder": self.lease.identity,
+            },
+        )
         metrics.WATCHER_LEADER.set(1)
         for thread in threads:
             thread.start()
         try:
-            while not self.stop.wait(self.check_seconds):
-                if not self.leader.check():
+            while not self.stop.wait(self.timing.retry_period):
+                if not self._renewed():
                     logger.warning(
-                        "lost the lead (its database session ended): watches stop",
-                        extra={"action": "leader_lost"},
+                        "lost the lead (the Lease was not renewed in time): watches stop",
+                        extra={"action": "leader_lost", "lease": self.lease.path},
                     )
                     break
         finally:
             term.set()
-            # Loops end at their next event or pass; when the process stops, not for long
-            # (the threads are daemons, and what they cut short the next leader redoes).
-            deadline = time.monotonic() + (2 if self.stop.is_set() else 30)
+            self.leading = False
+            metrics.WATCHER_LEADER.set(0)
+            # Loops end at their next event or pass, handling nothing more; when the process
+            # stops, not for long: it has hooksvc.pid1.LEAVE_SECONDS in all, and the
+            # threads are daemons (what they cut short, the next leader redoes).
+            deadline = time.monotonic() + (1 if self.stop.is_set() else 30)
             for thread in threads:
                 thread.join(timeout=max(0.0, deadline - time.monotonic()))
-            self.leader.release()
-            metrics.WATCHER_LEADER.set(0)
+            if self.stop.is_set():
+                self._release()
             self.loops = []
+
+    def _release(self) -> None:
+        try:
+            released = self.lease.release(timeout=RELEASE_SECONDS)
+        except Exception:
+            released = False
+        if not released:
+            logger.warning(
+                "could not release the Lease: a standby leads once it runs out",
+                extra={"action": "leader_release_failed", "lease": self.lease.path},
+            )
