@@ -8,9 +8,15 @@ profiles of the source `resource`. It writes the resource's `status` through the
 subresource: `observedGeneration`, and the condition `Accepted` (True, or False with the
 exact message apply_workflows would print, minus the file and document; the last
 accepted spec stays in force meanwhile). A deleted resource's template or profile is
-deleted (runs keep their snapshot); a list after a watch gap deletes those whose resource
+deleted (runs keep their snapshot) as soon as the resource has a deletionTimestamp, even
+while a finalizer holds the object; a list after a watch gap deletes those whose resource
 is gone. A name held by another source (apply_workflows, the admin, a profile's generated
 template) is refused on the resource's status.
+
+A status write is conditional on the resourceVersion the controller read, as every
+controller's update is: events come in order but late, so the object in hand may be older
+than the one stored, and a merge patch replaces `conditions` whole; a 409 reads the
+resource again and recomputes from it (keeping the conditions other writers added).
 
 No write storm: a template or profile is written only when its spec changed (the
 generation rule of the upserts), and the status only when it differs from what the
@@ -39,6 +45,8 @@ from workflows.models import AddonProfile, WorkflowTemplate
 logger = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 60.0
+#: Status writes tried per reconcile when others keep changing the resource (409).
+STATUS_WRITE_TRIES = 3
 #: A condition's message has at most 32768 characters (metav1.Condition).
 MAX_MESSAGE = 32768
 _MERGE = "application/merge-patch+json"
@@ -83,7 +91,7 @@ class Resources(listwatch.ListWatch):
     # --- events --------------------------------------------------------------------
 
     def listed(self, items: list[dict[str, Any]]) -> None:
-        self.objects = {_name(o): o for o in items if _name(o)}
+        self.objects = {_name(o): o for o in items if _name(o) and not _deleting(o)}
         self.seen.clear()
         gone = self._remove_missing()
         self.resync()
@@ -97,7 +105,9 @@ class Resources(listwatch.ListWatch):
         name = _name(obj)
         if not name:
             return
-        if kind == "DELETED":
+        if kind == "DELETED" or _deleting(obj):
+            if kind != "DELETED" and name not in self.objects:
+                return  # its removal was handled when its deletion began
             self.objects.pop(name, None)
             self.seen.pop(name, None)
             self._remove([name])
@@ -237,25 +247,49 @@ class Resources(listwatch.ListWatch):
         )
 
     def _write_status(self, obj: dict[str, Any], verdict: Verdict, summary: dict[str, Any]) -> None:
-        old = dict(obj.get("status") or {})
-        new = desired_status(obj, verdict, summary)
-        if new == old:
-            return
         name = _name(obj)
-        path = f"{self.collection()}/{name}/status"
-        try:
-            k8s.request(
-                k8s.management_api(),
-                "PATCH",
-                path,
-                what=f"{self.what}/{name} status",
-                body={"status": {**{k: None for k in old if k not in new}, **new}},
-                content_type=_MERGE,
-            )
-        except k8s.NotFound:
-            return  # deleted meanwhile: its DELETED event follows
-        metrics.RESOURCE_WRITES.labels(kind=self.kind, what="status").inc()
-        obj["status"] = new
+        path = f"{self.collection()}/{name}"
+        generation = (obj.get("metadata") or {}).get("generation")
+        for _ in range(STATUS_WRITE_TRIES):
+            old = dict(obj.get("status") or {})
+            new = desired_status(obj, verdict, summary)
+            if new == old:
+                return
+            # The resourceVersion makes a write from an out-of-date copy a 409.
+            body = {
+                "metadata": {"resourceVersion": (obj.get("metadata") or {}).get("resourceVersion")},
+                "status": {**{k: None for k in old if k not in new}, **new},
+            }
+            what = f"{self.what}/{name} status"
+            api = k8s.management_api()
+            try:
+                written = k8s.request(
+                    api, "PATCH", f"{path}/status", what=what, body=body, content_type=_MERGE
+                )
+            except k8s.NotFound:
+                return  # deleted meanwhile: its DELETED event follows
+            except k8s.Conflict:
+                try:
+                    obj = k8s.request(api, "GET", path, what=f"{self.what}/{name}")
+                except k8s.NotFound:
+                    return
+                if (obj.get("metadata") or {}).get("generation") != generation:
+                    return  # its spec changed since: that generation's event reconciles it
+                continue
+            metrics.RESOURCE_WRITES.labels(kind=self.kind, what="status").inc()
+            if name in self.objects:
+                self.objects[name] = written
+            return
+        logger.warning(
+            "status not written: the resource kept changing; the next resync writes it",
+            extra={"action": "resource_status_conflict", "kind": self.kind, "resource": name},
+        )
+
+
+def _deleting(obj: dict[str, Any]) -> bool:
+    """Deletion has begun: finalizers may hold the object, but it is going (apiserver
+    registry/generic/registry/store.go Delete, updateForGracefulDeletionAndFinalizers)."""
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def _accepted(status: dict[str, Any]) -> dict[str, Any] | None:
