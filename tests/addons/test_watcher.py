@@ -256,6 +256,20 @@ def test_an_error_event_in_the_watch_makes_the_watcher_list_again(
     wait_for("the removal run", lambda: bool(removals()))
 
 
+def test_a_watch_the_server_ends_at_once_is_a_failure_that_lists_again(
+    tmp_path: Path, kube: KubeEmulator, running: watcher.Watcher
+) -> None:
+    """client-go's reflector: a watch that ends within a second without an event is a
+    VeryShortWatchError (handleAnyWatch), so the loop backs off and lists again rather than
+    renew it in a tight loop."""
+    apply(tmp_path, profile("prod"))
+    listed = lists(kube)
+    kube.end_next_watch("/clusters$", times=3)
+    wait_for("a new list", lambda: lists(kube) > listed)
+    kube.put_object(cluster("plain", topology=False, deleting=True, uid="u-plain"))
+    wait_for("the removal run", lambda: bool(removals()))
+
+
 def test_a_throttled_watch_resumes_from_its_version_without_listing(
     tmp_path: Path, kube: KubeEmulator, running: watcher.Watcher
 ) -> None:

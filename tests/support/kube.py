@@ -305,6 +305,16 @@ class KubeEmulator:
         fault = _Fault("WATCH", re.compile(path_regex), 1, answer=answer)
         self._call(self._faults.append, fault)
 
+    def end_next_watch(self, path_regex: str, times: int = 1) -> None:
+        """Answer the next `times` watches of a matching collection 200 with no event at all,
+        as a server (or a proxy before it) that closes watches at once."""
+
+        def answer() -> web.StreamResponse:
+            return web.Response(body=b"", content_type="application/json")
+
+        fault = _Fault("WATCH", re.compile(path_regex), times, answer=answer)
+        self._call(self._faults.append, fault)
+
     def accept_tokens(self, *tokens: str) -> None:
         """Authenticate requests: only these bearer tokens are accepted (none given: any).
 
