@@ -153,6 +153,9 @@ def test_the_cluster_watcher_stops_on_sigterm_in_the_middle_of_a_watch(
         print(f"{proc.label()} stopped {seconds:.1f} s after SIGTERM")
     assert code == 0, proc.log()
     assert "Traceback" not in proc.log()
+    # It led, and gave the lead up for a standby (outside a Pod the Lease is in `default`).
+    lease = kube.get_object("coordination.k8s.io", "v1", "leases", "default", "hooksvc-watcher")
+    assert lease is not None and lease["spec"]["holderIdentity"] == "", proc.log()
 
 
 Start = Callable[[list[str], dict[str, str], Path], AbstractContextManager[processes.Pid1]]

@@ -181,7 +181,7 @@ class Manager:
             # Loops end at their next event or pass, handling nothing more; when the process
             # stops, not for long: it has hooksvc.pid1.LEAVE_SECONDS in all, and the
             # threads are daemons (what they cut short, the next leader redoes).
-            deadline = time.monotonic() + (1 if self.stop.is_set() else 30)
+            deadline = time.monotonic() + (0.5 if self.stop.is_set() else 30)
             for thread in threads:
                 thread.join(timeout=max(0.0, deadline - time.monotonic()))
             if self.stop.is_set():
