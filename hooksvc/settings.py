@@ -23,6 +23,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 _SECRET_KEY_HELP = "Django's secret key; required in production"  # noqa: S105  # nosec B105
 _METRICS_TOKEN_HELP = "if set, the web's /metrics wants `Authorization: Bearer <token>`"  # noqa: S105  # nosec B105
 _ADMIN_PASSWORD_HELP = "`make run` gives it to HOOKSVC_ADMIN_USERNAME"  # noqa: S105  # nosec B105
+_OIDC_SECRET_HELP = "the client's secret (from a Secret); empty: a public client"  # noqa: S105  # nosec B105
 
 #: Every environment variable the code reads, with what it means. Deployment tests
 #: compare docker-compose.yml and k8s/ against this table.
@@ -88,6 +89,18 @@ ENVIRONMENT: dict[str, str] = {
     "default HOOKSVC_DATA_DIR/prometheus (web and worker share it to be counted together)",
     "HOOKSVC_ADMIN_USERNAME": "`make run` creates this superuser when it does not exist yet",
     "HOOKSVC_ADMIN_PASSWORD": _ADMIN_PASSWORD_HELP,
+    "HOOKSVC_OIDC_ISSUER": "the OpenID Connect issuer URL (https) the admin signs people in"
+    " with; unset: no single sign-on, local accounts only",
+    "HOOKSVC_OIDC_CLIENT_ID": "the client ID registered at the identity provider",
+    "HOOKSVC_OIDC_CLIENT_SECRET": _OIDC_SECRET_HELP,
+    "HOOKSVC_OIDC_SCOPES": "the scopes asked for, space-separated, default `openid email"
+    " profile` (Dex: add `groups`)",
+    "HOOKSVC_OIDC_GROUPS_CLAIM": "the claim that carries a person's groups, default `groups`",
+    "HOOKSVC_OIDC_CA_FILE": "a CA bundle to check the provider's TLS certificate with;"
+    " default the system's",
+    "HOOKSVC_LOCAL_LOGIN": "1 (default): local accounts sign in with a password (break glass);"
+    " 0: only through the identity provider",
+    "HOOKSVC_ROLES_FILE": "YAML role rules: which groups get which roles in which namespaces",
 }
 
 
@@ -196,6 +209,38 @@ if DB_PREPARE not in ("on", "off"):
 DB_PREPARE_THRESHOLD = 0 if DB_PREPARE == "on" else None
 DATABASES["default"]["OPTIONS"]["prepare_threshold"] = DB_PREPARE_THRESHOLD
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Sign-in: OpenID Connect (workflows/operators/oidc.py) and local accounts -------------
+#: The issuer URL exactly as its tokens' `iss` claim gives it; "" turns single sign-on off.
+OIDC_ISSUER = os.environ.get("HOOKSVC_OIDC_ISSUER", "").strip()
+OIDC_CLIENT_ID = os.environ.get("HOOKSVC_OIDC_CLIENT_ID", "").strip()
+OIDC_CLIENT_SECRET = os.environ.get("HOOKSVC_OIDC_CLIENT_SECRET", "")
+OIDC_SCOPES = os.environ.get("HOOKSVC_OIDC_SCOPES", "").split() or ["openid", "email", "profile"]
+OIDC_GROUPS_CLAIM = os.environ.get("HOOKSVC_OIDC_GROUPS_CLAIM", "").strip() or "groups"
+OIDC_CA_FILE = os.environ.get("HOOKSVC_OIDC_CA_FILE", "")
+if OIDC_ISSUER:
+    if not OIDC_ISSUER.startswith("https://"):
+        raise RuntimeError(f"HOOKSVC_OIDC_ISSUER must be an https:// URL, got {OIDC_ISSUER!r}")
+    if not OIDC_CLIENT_ID:
+        raise RuntimeError("HOOKSVC_OIDC_CLIENT_ID must be set with HOOKSVC_OIDC_ISSUER")
+    if "openid" not in OIDC_SCOPES:
+        raise RuntimeError(
+            f"HOOKSVC_OIDC_SCOPES must include openid, got {' '.join(OIDC_SCOPES)!r}"
+        )
+_local_login = os.environ.get("HOOKSVC_LOCAL_LOGIN", "1")
+if _local_login not in ("0", "1"):
+    raise RuntimeError(f"HOOKSVC_LOCAL_LOGIN must be 1 or 0, got {_local_login!r}")
+#: Local accounts (their passwords, their sessions, their rights) count only while this is on.
+LOCAL_LOGIN = _local_login == "1"
+if not LOCAL_LOGIN and not OIDC_ISSUER:
+    raise RuntimeError("HOOKSVC_LOCAL_LOGIN=0 needs HOOKSVC_OIDC_ISSUER: nobody could sign in")
+#: The role rules (workflows/operators/roles.py); "": people who sign in get no role.
+ROLES_FILE = os.environ.get("HOOKSVC_ROLES_FILE", "")
+AUTHENTICATION_BACKENDS = [
+    *(["django.contrib.auth.backends.ModelBackend"] if LOCAL_LOGIN else []),
+    *(["workflows.operators.oidc.Backend"] if OIDC_ISSUER else []),
+]
+LOGIN_URL = "admin:login"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 
 from hooksvc.contract import catalog
@@ -252,6 +253,10 @@ class RunEvent(models.Model):
     #: For transitions "from->to"; for actions the action's name (retry, cancel, ...).
     name = models.CharField(max_length=64)
     actor = models.CharField(max_length=150, blank=True)
+    #: For an action by someone who signed in through the identity provider: its `sub` and
+    #: `email` claims (workflows.operators.identities), "" otherwise.
+    actor_subject = models.CharField(max_length=255, blank=True)
+    actor_email = models.CharField(max_length=254, blank=True)
     reason = models.CharField(max_length=500, blank=True)
     message = models.CharField(max_length=500, blank=True)
     at = models.DateTimeField(auto_now_add=True)
@@ -313,12 +318,17 @@ class Bypass(models.Model):
     #: A Kubernetes label selector on the cluster's labels ("" for every cluster).
     selector = models.CharField(max_length=500, blank=True)
     actor = models.CharField(max_length=150)
+    #: The identity provider's subject and e-mail of who opened it ("" for a local account).
+    actor_subject = models.CharField(max_length=255, blank=True)
+    actor_email = models.CharField(max_length=254, blank=True)
     reason = models.CharField(max_length=200)
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     #: Set when an operator ended it before it expired.
     ended_at = models.DateTimeField(null=True, blank=True)
     ended_by = models.CharField(max_length=150, blank=True)
+    ended_by_subject = models.CharField(max_length=255, blank=True)
+    ended_by_email = models.CharField(max_length=254, blank=True)
     end_reason = models.CharField(max_length=200, blank=True)
 
     class Meta:
@@ -358,3 +368,32 @@ class KnownCluster(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+class Identity(models.Model):
+    """A person as the identity provider names them, tied to the Django user they sign in as.
+
+    Written at each sign-in (workflows.operators.identities): the issuer and subject that
+    identify them for good, the e-mail and groups the provider gave then. Their roles are
+    computed from these groups and the role rules on every request, so a rules change
+    applies at once and a groups change at the next sign-in.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="identity"
+    )
+    issuer = models.CharField(max_length=500)
+    #: The `sub` claim: unique and never reassigned within its issuer.
+    subject = models.CharField(max_length=255)
+    email = models.CharField(max_length=254, blank=True)
+    groups: Any = models.JSONField(default=list, blank=True)
+    signed_in_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "identities"
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="workflows_identity_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return self.email or self.subject

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from tests.workflows.runs import make_run
 from workflows.models import Run, StepRun
-from workflows.operators import selectors
+from workflows.operators import access, selectors
 
 pytestmark = pytest.mark.django_db
 
@@ -183,7 +183,10 @@ def test_the_fleet_shows_recently_failed_but_not_old_or_succeeded_runs() -> None
         released=True, finished_at=now - datetime.timedelta(hours=1)
     )
     make_run(cluster="a/ok", state="succeeded")
-    shown = selectors.fleet_page(selectors.FleetFilter(), now=now, offset=0, limit=10)
+    everyone = access.unrestricted("test")
+    shown = selectors.fleet_page(
+        selectors.FleetFilter(), actor=everyone, now=now, offset=0, limit=10
+    )
     assert [r.cluster_name for r in shown] == ["recent"]
 
 

@@ -1,9 +1,12 @@
 """Operator actions on runs: retry, cancel, approve, skip, release, each recorded with who and why.
 
 The CLI (`manage.py workflows ...`) and the admin call these; they never save models
-directly. Each action locks the run, checks it applies, changes state through
-`transitions`, records a RunEvent, and wakes the engine after commit. Once it commits, it
-writes a log line (`action: operator_action`) with the operator, the run and the reason.
+directly. Each action locks the run, checks that the actor may do it there
+(workflows.operators.access: a run the actor may not see "does not exist"; one they may see
+but not act on raises `access.Denied`), checks it applies, changes state through
+`transitions`, records a RunEvent with the actor's name and identity-provider subject and
+e-mail, and wakes the engine after commit. Once it commits, it writes a log line
+(`action: operator_action`) with the operator, the run and the reason.
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ import datetime
 import logging
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from workflows.definitions import typed
 from workflows.engine import cleanups, clock, dispatch, messages, observe, transitions
-from workflows.models import Run, StepRun
+from workflows.models import Run, RunEvent, StepRun
+from workflows.operators import access
 from workflows.steps import memo as memo_keys
 from workflows.steps import registry
 
@@ -27,10 +31,16 @@ class ActionError(Exception):
     """The action does not apply to the run or step in its current state."""
 
 
-def _lock_run(run_id: int) -> Run:
-    run = Run.objects.select_for_update().filter(pk=run_id).first()
+def _lock_run(run_id: int, actor: access.Actor, action: str) -> Run:
+    """The run, locked, once `actor` may do `action` on it."""
+    run = (
+        Run.objects.select_for_update()
+        .filter(Q(pk=run_id) & actor.where(access.Permission.VIEW))
+        .first()
+    )
     if run is None:
         raise ActionError(f"run {run_id} does not exist")
+    actor.require(access.ACTIONS[action], run.cluster_namespace, f"{action} runs")
     return run
 
 
@@ -57,30 +67,44 @@ def _due_now(run: Run) -> None:
     Run.objects.filter(pk=run.pk).update(wake_at=clock.now())
 
 
-def _record(run: Run, action: str, *, actor: str, reason: str, step_name: str = "") -> None:
+def _record(
+    run: Run, action: str, *, actor: access.Actor, reason: str, step_name: str = ""
+) -> None:
     """Record the action in the run's history, and in the log once it commits."""
-    transitions.action_record(run, action, actor=actor, reason=reason, step_name=step_name)
+    event = transitions.action_record(
+        run, action, actor=actor.name, reason=reason, step_name=step_name
+    )
+    if actor.subject or actor.email:
+        # Who the identity provider says acted; the engine's record has the name only.
+        RunEvent.objects.filter(pk=event.pk).update(
+            actor_subject=actor.subject, actor_email=actor.email
+        )
     fields = {
         **observe.log_fields(run),
         "action": "operator_action",
         "operation": action,
-        "actor": actor,
+        "actor": actor.name,
         "reason": reason,
     }
+    if actor.subject:
+        fields["actor_subject"] = actor.subject
     if step_name:
         fields["step"] = step_name
-    message = f"operator {actor} did {action} on run {run.pk}"
+    message = f"operator {actor.name} did {action} on run {run.pk}"
     transaction.on_commit(lambda: logger.info(message, extra=fields))
 
 
-def _require_actor(actor: str, reason: str) -> None:
-    if not actor.strip():
+def _require_actor(actor: str | access.Actor, reason: str) -> access.Actor:
+    """The actor as an Actor (a plain name is a trusted caller's: access.actor_of)."""
+    found = access.actor_of(actor)
+    if not found.name.strip():
         raise ActionError("an action needs the operator's name")
     if not reason.strip():
         raise ActionError("an action needs a reason")
+    return found
 
 
-def _resume(run: Run, *, actor: str, reason: str) -> None:
+def _resume(run: Run, *, actor: access.Actor, reason: str) -> None:
     """A finished run goes on running: after a retry, or a skip of what stopped it.
 
     A deadline restarts from the resumption: the operator gives the run its full time
@@ -95,16 +119,16 @@ def _resume(run: Run, *, actor: str, reason: str) -> None:
         finished_at=None,
         deadline_exceeded=False,
         deadline_at=clock.now() + datetime.timedelta(seconds=seconds) if seconds else None,
-        actor=actor,
+        actor=actor.name,
         reason=reason,
     )
 
 
-def run_retry(*, run_id: int, actor: str, reason: str, step_name: str = "") -> Run:
+def run_retry(*, run_id: int, actor: str | access.Actor, reason: str, step_name: str = "") -> Run:
     """Run a failed or cancelled step (or all of them) again from the start."""
-    _require_actor(actor, reason)
+    who = _require_actor(actor, reason)
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = _lock_run(run_id, who, "retry")
         retryable = [StepRun.State.FAILED, StepRun.State.CANCELLED]
         steps = (
             [_step(run, step_name)]
@@ -129,7 +153,7 @@ def run_retry(*, run_id: int, actor: str, reason: str, step_name: str = "") -> R
                 due_at=None,
                 finished_at=None,
                 started_at=None,
-                actor=actor,
+                actor=who.name,
                 reason=reason,
             )
         # Steps that were cancelled with the run go back to waiting for their turn too.
@@ -138,18 +162,18 @@ def run_retry(*, run_id: int, actor: str, reason: str, step_name: str = "") -> R
                 step, StepRun.State.PENDING, allowed_from=retryable, record=False, finished_at=None
             )
         if run.state in (Run.State.FAILED, Run.State.CANCELLED):
-            _resume(run, actor=actor, reason=reason)
-        _record(run, "retry", actor=actor, reason=reason, step_name=step_name)
+            _resume(run, actor=who, reason=reason)
+        _record(run, "retry", actor=who, reason=reason, step_name=step_name)
         _due_now(run)
         dispatch.advance([run.pk])
     return run
 
 
-def run_cancel(*, run_id: int, actor: str, reason: str) -> Run:
+def run_cancel(*, run_id: int, actor: str | access.Actor, reason: str) -> Run:
     """Stop a run and its unfinished steps; the lifecycle keeps holding unless released."""
-    _require_actor(actor, reason)
+    who = _require_actor(actor, reason)
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = _lock_run(run_id, who, "cancel")
         if run.is_finished:
             raise ActionError(f"run {run.pk} is already {run.state}")
         unfinished = _lock_steps(run.steps.exclude(state__in=StepRun.FINISHED))
@@ -164,38 +188,38 @@ def run_cancel(*, run_id: int, actor: str, reason: str) -> Run:
             Run.State.CANCELLED,
             allowed_from=Run.ACTIVE,
             message=messages.run_cancelled(run.pk, run.template_name),
-            actor=actor,
+            actor=who.name,
             reason=reason,
         )
-        _record(run, "cancel", actor=actor, reason=reason)
+        _record(run, "cancel", actor=who, reason=reason)
     return run
 
 
-def step_approve(*, run_id: int, step_name: str, actor: str, reason: str) -> Run:
+def step_approve(*, run_id: int, step_name: str, actor: str | access.Actor, reason: str) -> Run:
     """Approve a step that waits for a person: it succeeds the next time it runs, which is now."""
-    _require_actor(actor, reason)
+    who = _require_actor(actor, reason)
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = _lock_run(run_id, who, "approve")
         step = _step(run, step_name)
         if not registry.waits_for_person(step.type):
             raise ActionError(f"step {step_name!r} is a {step.type} step, not an approval")
         if step.state in StepRun.FINISHED:
             raise ActionError(f"step {step_name!r} is already {step.state}")
-        memo = {**step.memo, memo_keys.APPROVED_BY: actor, memo_keys.APPROVAL_REASON: reason}
+        memo = {**step.memo, memo_keys.APPROVED_BY: who.name, memo_keys.APPROVAL_REASON: reason}
         due = step.due_at if step.state == StepRun.State.PENDING else clock.now()
         # Ends the lease of an attempt polling it now, whose outcome ("no approval yet")
         # is then dropped rather than written over the approval.
         StepRun.objects.filter(pk=step.pk).update(memo=memo, due_at=due, **transitions.LEASE_FREE)
-        _record(run, "approve", actor=actor, reason=reason, step_name=step_name)
+        _record(run, "approve", actor=who, reason=reason, step_name=step_name)
         dispatch.run_steps([step.pk])
     return run
 
 
-def step_skip(*, run_id: int, step_name: str, actor: str, reason: str) -> Run:
+def step_skip(*, run_id: int, step_name: str, actor: str | access.Actor, reason: str) -> Run:
     """Mark a step skipped: its dependents go on as if it had succeeded."""
-    _require_actor(actor, reason)
+    who = _require_actor(actor, reason)
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = _lock_run(run_id, who, "skip")
         step = _step(run, step_name)
         if step.state in StepRun.DONE:
             raise ActionError(f"step {step_name!r} is already {step.state}")
@@ -204,28 +228,28 @@ def step_skip(*, run_id: int, step_name: str, actor: str, reason: str) -> Run:
             StepRun.State.SKIPPED,
             allowed_from=[step.state],
             message=messages.STEP_SKIPPED,
-            actor=actor,
+            actor=who.name,
             reason=reason,
         )
         if (
             run.state in (Run.State.FAILED, Run.State.CANCELLED)
             and not run.steps.filter(state__in=[StepRun.State.FAILED]).exists()
         ):
-            _resume(run, actor=actor, reason=reason)
-        _record(run, "skip", actor=actor, reason=reason, step_name=step_name)
+            _resume(run, actor=who, reason=reason)
+        _record(run, "skip", actor=who, reason=reason, step_name=step_name)
         _due_now(run)
         dispatch.advance([run.pk])
     return run
 
 
-def run_release(*, run_id: int, actor: str, reason: str) -> Run:
+def run_release(*, run_id: int, actor: str | access.Actor, reason: str) -> Run:
     """Let the lifecycle proceed whatever the run's state; the run itself is left as it is."""
-    _require_actor(actor, reason)
+    who = _require_actor(actor, reason)
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = _lock_run(run_id, who, "release")
         if run.released:
             raise ActionError(f"run {run.pk} is already released")
         Run.objects.filter(pk=run.pk).update(released=True)
         run.released = True
-        _record(run, "release", actor=actor, reason=reason)
+        _record(run, "release", actor=who, reason=reason)
     return run

@@ -1,8 +1,9 @@
 """Operator actions on many runs at once: approve, retry, release or cancel, with one reason.
 
 Each run is acted on exactly as the single action does (`workflows.operators.actions`,
-recorded per run with who and why), in a transaction of its own: one run that refuses
-does not undo the others, and the outcome is reported run by run.
+recorded per run with who and why, refused where the actor may not act), in a transaction
+of its own: one run that refuses does not undo the others, and the outcome is reported run
+by run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from workflows.models import Run, StepRun
-from workflows.operators import actions, states
+from workflows.operators import access, actions, states
 
 #: The bulk actions, with the words the admin shows for them.
 ACTIONS = {
@@ -50,18 +51,19 @@ def applies(action: str) -> Q:
     raise ValueError(f"unknown bulk action {action!r}; one of: {', '.join(ACTIONS)}")
 
 
-def waiting_steps(run_id: int) -> list[str]:
-    """The steps of a run that wait for a person now, in order."""
+def waiting_steps(run_id: int, actor: access.Actor) -> list[str]:
+    """The steps of a run `actor` sees that wait for a person now, in order."""
     return list(
         StepRun.objects.filter(run_id=run_id, waits_for_person=True, state=StepRun.State.WAITING)
+        .filter(actor.where(access.Permission.VIEW, "run__cluster_namespace"))
         .order_by("position")
         .values_list("name", flat=True)
     )
 
 
-def _one(action: str, run_id: int, *, actor: str, reason: str) -> str:
+def _one(action: str, run_id: int, *, actor: access.Actor, reason: str) -> str:
     if action == "approve":
-        names = waiting_steps(run_id)
+        names = waiting_steps(run_id, actor)
         if not names:
             raise actions.ActionError(f"run {run_id} is not waiting for approval")
         for name in names:
@@ -77,20 +79,22 @@ def _one(action: str, run_id: int, *, actor: str, reason: str) -> str:
     return "cancelled"
 
 
-def perform(action: str, run_ids: Iterable[int], *, actor: str, reason: str) -> list[Outcome]:
+def perform(
+    action: str, run_ids: Iterable[int], *, actor: str | access.Actor, reason: str
+) -> list[Outcome]:
     """Act on each run in turn, each in its own transaction; report every run's outcome."""
     if action not in ACTIONS:
         raise ValueError(f"unknown bulk action {action!r}; one of: {', '.join(ACTIONS)}")
-    if not actor.strip() or not reason.strip():
+    who = access.actor_of(actor)
+    if not who.name.strip() or not reason.strip():
         raise actions.ActionError("a bulk action needs the operator's name and a reason")
     ids = list(dict.fromkeys(run_ids))
     if len(ids) > LIMIT:
         raise actions.ActionError(f"{len(ids)} runs chosen; at most {LIMIT} at once")
+    visible = Run.objects.filter(Q(pk__in=ids) & who.where(access.Permission.VIEW))
     names = {
         pk: f"{namespace}/{name}"
-        for pk, namespace, name in Run.objects.filter(pk__in=ids).values_list(
-            "pk", "cluster_namespace", "cluster_name"
-        )
+        for pk, namespace, name in visible.values_list("pk", "cluster_namespace", "cluster_name")
     }
     outcomes = []
     for run_id in ids:
@@ -98,8 +102,8 @@ def perform(action: str, run_ids: Iterable[int], *, actor: str, reason: str) -> 
         try:
             # Durable: each run's action commits on its own, never inside a caller's.
             with transaction.atomic(durable=True):
-                message = _one(action, run_id, actor=actor, reason=reason)
-        except actions.ActionError as exc:
+                message = _one(action, run_id, actor=who, reason=reason)
+        except (actions.ActionError, access.Denied) as exc:
             outcomes.append(Outcome(run_id, cluster, False, str(exc)))
         else:
             outcomes.append(Outcome(run_id, cluster, True, message))

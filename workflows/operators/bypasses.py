@@ -3,8 +3,10 @@
 A bypass makes a hook's matching calls answer Success without starting runs, until it
 expires by itself (workflows.hookpath.bypass applies it on the hook path); runs that exist
 are left as they are. The CLI (`manage.py workflows bypass`) and the admin's banner use
-these. Everything is checked before anything is written; once it commits, the action is
-logged (`action: operator_action`) with the operator and the reason, as run actions are.
+these. Everything is checked before anything is written, the actor's right to release in
+the bypass's namespace too (workflows.operators.access: one without a namespace covers every
+namespace, so it needs that right everywhere); once it commits, the action is logged
+(`action: operator_action`) with the operator and the reason, as run actions are.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import re
 from collections.abc import Mapping
 
 from django.db import transaction
+from django.db.models import Q
 
 from hooksvc.contract import catalog
 from workflows.engine import clock
 from workflows.hookpath import bypass as hook_bypass
 from workflows.hookpath import labelselector
 from workflows.models import Bypass
+from workflows.operators import access
 
 logger = logging.getLogger(__name__)
 
@@ -80,11 +84,19 @@ def _check_reason(reason: str) -> None:
         raise BypassError("reason: one line, without control characters")
 
 
-def _log(operation: str, bypass: Bypass, *, actor: str, reason: str) -> None:
+def visible(actor: access.Actor) -> Q:
+    """The bypasses `actor` sees: those of the namespaces they may view, and every global one
+    (which answers for their clusters too)."""
+    if actor.may_everywhere(access.Permission.VIEW):
+        return Q()  # (Q() | Q(...) would keep only the second)
+    return actor.where(access.Permission.VIEW, "namespace") | Q(namespace="")
+
+
+def _log(operation: str, bypass: Bypass, *, actor: access.Actor, reason: str) -> None:
     fields = {
         "action": "operator_action",
         "operation": operation,
-        "actor": actor,
+        "actor": actor.name,
         "reason": reason,
         "bypass": bypass.pk,
         "hook": bypass.hook,
@@ -92,7 +104,9 @@ def _log(operation: str, bypass: Bypass, *, actor: str, reason: str) -> None:
         "namespace": bypass.namespace,
         "expires": bypass.expires_at.isoformat(),
     }
-    message = f"operator {actor} did {operation} {bypass.pk} of {bypass.hook}"
+    if actor.subject:
+        fields["actor_subject"] = actor.subject
+    message = f"operator {actor.name} did {operation} {bypass.pk} of {bypass.hook}"
     transaction.on_commit(lambda: logger.info(message, extra=fields))
 
 
@@ -100,15 +114,17 @@ def bypass_open(
     *,
     hook: str,
     duration: datetime.timedelta,
-    actor: str,
+    actor: str | access.Actor,
     reason: str,
     selector: str = "",
     namespace: str = "",
 ) -> Bypass:
     """Answer `hook`'s matching calls Success, starting no run, for `duration` from now."""
-    _check(hook, selector, namespace, actor, reason)
+    who = access.actor_of(actor)
+    _check(hook, selector, namespace, who.name, reason)
     if not datetime.timedelta(0) < duration <= MAX_DURATION:
         raise BypassError("a bypass lasts more than 0 s and at most 7d")
+    who.require(access.Permission.RELEASE, namespace, "open bypasses")
     # To the second: the expiry is printed in every covered answer.
     now = clock.now().replace(microsecond=0)
     with transaction.atomic():
@@ -116,24 +132,28 @@ def bypass_open(
             hook=hook,
             selector=selector.strip(),
             namespace=namespace,
-            actor=actor,
+            actor=who.name,
+            actor_subject=who.subject,
+            actor_email=who.email,
             reason=reason.strip(),
             created_at=now,
             expires_at=now + duration,
         )
-        _log("bypass", bypass, actor=actor, reason=bypass.reason)
+        _log("bypass", bypass, actor=who, reason=bypass.reason)
     return bypass
 
 
-def bypass_end(*, bypass_id: int, actor: str, reason: str) -> Bypass:
+def bypass_end(*, bypass_id: int, actor: str | access.Actor, reason: str) -> Bypass:
     """End a bypass before it expires: matching calls start runs again."""
-    if not actor.strip():
+    who = access.actor_of(actor)
+    if not who.name.strip():
         raise BypassError("ending a bypass needs the operator's name")
     _check_reason(reason)
     with transaction.atomic():
-        bypass = Bypass.objects.select_for_update().filter(pk=bypass_id).first()
+        bypass = Bypass.objects.select_for_update().filter(Q(pk=bypass_id) & visible(who)).first()
         if bypass is None:
             raise BypassError(f"bypass {bypass_id} does not exist")
+        who.require(access.Permission.RELEASE, bypass.namespace, "end bypasses")
         if bypass.ended_at is not None:
             raise BypassError(f"bypass {bypass_id} was already ended by {bypass.ended_by}")
         now = clock.now()
@@ -141,19 +161,29 @@ def bypass_end(*, bypass_id: int, actor: str, reason: str) -> Bypass:
             raise BypassError(
                 f"bypass {bypass_id} already expired at {hook_bypass.until(bypass.expires_at)}"
             )
-        bypass.ended_at, bypass.ended_by, bypass.end_reason = now, actor, reason.strip()
-        bypass.save(update_fields=["ended_at", "ended_by", "end_reason"])
-        _log("bypass_end", bypass, actor=actor, reason=bypass.end_reason)
+        bypass.ended_at, bypass.ended_by, bypass.end_reason = now, who.name, reason.strip()
+        bypass.ended_by_subject, bypass.ended_by_email = who.subject, who.email
+        bypass.save(
+            update_fields=[
+                "ended_at",
+                "ended_by",
+                "end_reason",
+                "ended_by_subject",
+                "ended_by_email",
+            ]
+        )
+        _log("bypass_end", bypass, actor=who, reason=bypass.end_reason)
     return bypass
 
 
-def active(now: datetime.datetime | None = None) -> list[Bypass]:
-    """The bypasses in force, the one expiring first first (one query)."""
-    return list(
-        Bypass.objects.filter(ended_at__isnull=True, expires_at__gt=now or clock.now()).order_by(
-            "expires_at", "id"
-        )
-    )
+def active(
+    now: datetime.datetime | None = None, *, actor: access.Actor | None = None
+) -> list[Bypass]:
+    """The bypasses in force (those `actor` sees, if given), expiring first first (one query)."""
+    found = Bypass.objects.filter(ended_at__isnull=True, expires_at__gt=now or clock.now())
+    if actor is not None:
+        found = found.filter(visible(actor))
+    return list(found.order_by("expires_at", "id"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,9 @@
 and the fleet (one row per cluster held) the admin's landing page shows.
 
 The shapes returned are plain JSON-ready dicts in camelCase; `manage.py workflows`
-prints them as tables or as `-o json`, so scripts and people see the same fields.
+prints them as tables or as `-o json`, so scripts and people see the same fields. Every read
+of runs takes the `actor` who asks and finds only what they may view
+(workflows.operators.access): the admin, the CLI and the API see the same.
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ from workflows.definitions import typed
 from workflows.hookpath import bypass as hook_bypass
 from workflows.hookpath import labelselector, selection
 from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
-from workflows.operators import bypasses, holding, states
+from workflows.operators import access, bypasses, holding, states
 from workflows.steps import registry
 
 
 def runs_list(
     *,
+    actor: access.Actor,
     state: str | None = None,
     hook: str | None = None,
     cluster_namespace: str | None = None,
@@ -47,7 +50,7 @@ def runs_list(
     """Runs matching every given filter, newest first, with their display state and current
     step (`states.annotate`, `with_current_step`). `state` is a display state; ValueError
     names the states when it is unknown."""
-    runs = Run.objects.order_by("-created_at", "-id")
+    runs = Run.objects.filter(actor.where()).order_by("-created_at", "-id")
     if state:
         runs = runs.filter(states.where(state))
     if hook:
@@ -138,14 +141,17 @@ def _event(event: RunEvent) -> dict[str, Any]:
         "name": event.name,
         "step": event.step_name,
         "actor": event.actor,
+        "actorSubject": event.actor_subject,
+        "actorEmail": event.actor_email,
         "reason": event.reason,
         "message": event.message,
     }
 
 
-def run_detail(run_id: int) -> dict[str, Any] | None:
-    """One run with its context, steps (in order) and events (oldest first); None if absent."""
-    run = runs_list().filter(pk=run_id).first()
+def run_detail(run_id: int, *, actor: access.Actor) -> dict[str, Any] | None:
+    """One run with its context, steps (in order) and events (oldest first); None if absent
+    (or not the actor's to see)."""
+    run = runs_list(actor=actor).filter(pk=run_id).first()
     if run is None:
         return None
     return {
@@ -156,13 +162,15 @@ def run_detail(run_id: int) -> dict[str, Any] | None:
     }
 
 
-def call_preview(call: wire.HookCall) -> dict[str, Any]:
+def call_preview(call: wire.HookCall, *, actor: access.Actor) -> dict[str, Any]:
     """What `call` would start: each template of its hook, whether it matches, its steps.
 
     Reads only; an existing run for the same moment is shown, since the call would
     answer from it instead of starting a new one, and so is a break-glass bypass that would
-    answer it instead (when a template matches, as on the hook path).
+    answer it instead (when a template matches, as on the hook path). The actor must be
+    able to view the cluster's namespace (access.Denied otherwise).
     """
+    actor.require(access.Permission.VIEW, call.cluster.namespace, "preview calls of clusters")
     moment = selection.moment_key(call)
     templates = []
     for template in WorkflowTemplate.objects.filter(hook=call.hook.name).order_by("name"):
@@ -268,11 +276,11 @@ class FleetFilter:
             raise FilterError(str(exc)) from None
 
 
-def fleet_runs(now: datetime.datetime) -> QuerySet[Run]:
-    """Runs the fleet is about: those holding a lifecycle, active ones, and those that ended
-    without success in the last FLEET_RECENT."""
+def fleet_runs(now: datetime.datetime, *, actor: access.Actor) -> QuerySet[Run]:
+    """Runs the fleet is about, of those `actor` may view: those holding a lifecycle, active
+    ones, and those that ended without success in the last FLEET_RECENT."""
     recent = now - FLEET_RECENT
-    return Run.objects.filter(
+    return Run.objects.filter(actor.where()).filter(
         states.where_any(states.HOLDING)
         | Q(state__in=Run.ACTIVE)
         | (~Q(state=Run.State.SUCCEEDED) & Q(finished_at__gte=recent))
@@ -329,7 +337,12 @@ def held_first(now: datetime.datetime) -> Case:
 
 
 def fleet_page(
-    filters: FleetFilter, *, now: datetime.datetime, offset: int, limit: int
+    filters: FleetFilter,
+    *,
+    actor: access.Actor,
+    now: datetime.datetime,
+    offset: int,
+    limit: int,
 ) -> list[Run]:
     """One page of the fleet in ONE query: per cluster the run held longest (holding runs
     before the rest, oldest first), with its display state, current step and the number
@@ -340,7 +353,9 @@ def fleet_page(
     and `step_asks` (an approval's `with.message`).
     """
     population = (
-        filters.apply(fleet_runs(now)).filter(filters.state_q()).annotate(held=held_first(now))
+        filters.apply(fleet_runs(now, actor=actor))
+        .filter(filters.state_q())
+        .annotate(held=held_first(now))
     )
     ranked = population.annotate(
         cluster_position=Window(
@@ -354,10 +369,12 @@ def fleet_page(
     return list(rows.order_by(F("held"), F("created_at"), F("pk"))[offset : offset + limit])
 
 
-def fleet_counts(filters: FleetFilter, *, now: datetime.datetime) -> dict[str, int]:
+def fleet_counts(
+    filters: FleetFilter, *, actor: access.Actor, now: datetime.datetime
+) -> dict[str, int]:
     """Runs on the fleet per display state (the state filter aside, so each count can be
     clicked), and `clusters`: how many rows the fleet has with every filter."""
-    runs = filters.apply(fleet_runs(now))
+    runs = filters.apply(fleet_runs(now, actor=actor))
     # Aliases of their own: "released" is also a field of Run.
     found = runs.aggregate(
         **{f"n_{state}": Count("pk", filter=states.where(state)) for state in states.State.values},
@@ -366,9 +383,14 @@ def fleet_counts(filters: FleetFilter, *, now: datetime.datetime) -> dict[str, i
     return {key.removeprefix("n_"): int(value) for key, value in found.items()}
 
 
-def fleet_choices(*, now: datetime.datetime) -> dict[str, list[str]]:
+def fleet_choices(*, actor: access.Actor, now: datetime.datetime) -> dict[str, list[str]]:
     """The namespaces and templates on the fleet, for its filter menus (one query)."""
-    pairs = fleet_runs(now).order_by().values_list("cluster_namespace", "template_name").distinct()
+    pairs = (
+        fleet_runs(now, actor=actor)
+        .order_by()
+        .values_list("cluster_namespace", "template_name")
+        .distinct()
+    )
     namespaces, templates = set(), set()
     for namespace, template in pairs:
         namespaces.add(namespace)
@@ -376,10 +398,11 @@ def fleet_choices(*, now: datetime.datetime) -> dict[str, list[str]]:
     return {"namespaces": sorted(namespaces), "templates": sorted(templates)}
 
 
-def cluster_runs(namespace: str, name: str) -> list[Run]:
-    """Every run of the cluster `namespace/name`, oldest first, with its steps (two queries)."""
+def cluster_runs(namespace: str, name: str, *, actor: access.Actor) -> list[Run]:
+    """Every run of the cluster `namespace/name`, oldest first, with its steps (two queries);
+    none when `actor` may not view its namespace."""
     runs = states.annotate(
-        Run.objects.filter(cluster_namespace=namespace, cluster_name=name)
+        Run.objects.filter(actor.where()).filter(cluster_namespace=namespace, cluster_name=name)
     ).prefetch_related("steps")
     return list(runs.order_by("created_at", "pk"))
 

@@ -12,4 +12,8 @@ class AdminConfig(DjangoAdminConfig):
         super().ready()
         # The model admins live with the other operator pieces (workflows.operators), where
         # Django's autodiscovery (which imports `<app>.admin`) would not find them.
+        from workflows.operators import roles
         from workflows.operators.admin import bypasses, documents, hookcalls, runs  # noqa: F401
+
+        # A malformed HOOKSVC_ROLES_FILE stops the process here, naming the rule and field.
+        roles.current()

@@ -4,6 +4,8 @@ The fleet's form posts an action and either the rows ticked or the filter in for
 confirmation page lists exactly the runs that will be acted on (a filter is resolved
 there, to the runs the action applies to), with what each waits for or the error a retry
 would repeat. Confirming runs `workflows.operators.bulk.perform`, one transaction per run.
+Only runs the person may view are found, and a filter finds only those where their roles
+allow the action; a forged POST naming other runs gets those refused, run by run.
 """
 
 from __future__ import annotations
@@ -17,20 +19,22 @@ from django.urls import reverse
 from django.utils import timezone
 
 from workflows.models import Run
-from workflows.operators import actions, bulk, selectors
+from workflows.operators import access, actions, bulk, selectors
 from workflows.operators.admin import common, fleet
 
 
 def _chosen(request: HttpRequest, action: str) -> tuple[list[Run], str]:
     """The runs the form names (ticked rows, or the filter's runs the action applies to)."""
+    actor = common.actor(request)
     if request.POST.get("scope") == "filter":
         filters = fleet.filters_of(request.POST)
         now = timezone.now()
         try:
             runs = (
-                filters.apply(selectors.fleet_runs(now))
+                filters.apply(selectors.fleet_runs(now, actor=actor))
                 .filter(filters.state_q())
                 .filter(bulk.applies(action))
+                .filter(actor.where(access.ACTIONS[action]))
             )
         except selectors.FilterError as exc:
             return [], str(exc)
@@ -38,7 +42,7 @@ def _chosen(request: HttpRequest, action: str) -> tuple[list[Run], str]:
         ids = [int(v) for v in request.POST.getlist("run") if v.isdigit()]
         if not ids:
             return [], "Tick the clusters to act on, or choose every cluster the filter finds."
-        runs = Run.objects.filter(pk__in=ids)
+        runs = Run.objects.filter(actor.where()).filter(pk__in=ids)
     held = selectors.held_first(timezone.now())
     found = list(
         selectors.with_current_step(runs.annotate(held=held)).order_by("created_at", "pk")[
@@ -59,11 +63,8 @@ def bulk_view(site: admin.AdminSite) -> Callable[[HttpRequest], HttpResponse]:
         if request.method != "POST" or action not in bulk.ACTIONS:
             messages.error(request, "Choose a bulk action on the fleet view.")
             return HttpResponseRedirect(back)
-        if not common.may_act(request):
-            messages.error(
-                request,
-                "Only superusers and users with the 'operate runs' permission can act on runs.",
-            )
+        if not common.may_act(request, action):
+            messages.error(request, common.refusal(action))
             return HttpResponseRedirect(back)
         runs, problem = _chosen(request, action)
         if problem:
@@ -78,7 +79,7 @@ def bulk_view(site: admin.AdminSite) -> Callable[[HttpRequest], HttpResponse]:
             "is_nav_sidebar_enabled": False,
         }
         if form.is_bound and form.is_valid():
-            actor = f"admin:{request.user.get_username()}"
+            actor = common.actor(request)
             try:
                 outcomes = bulk.perform(
                     action, [r.pk for r in runs], actor=actor, reason=form.cleaned_data["reason"]
@@ -92,7 +93,7 @@ def bulk_view(site: admin.AdminSite) -> Callable[[HttpRequest], HttpResponse]:
                 "outcomes": outcomes,
                 "done": done,
                 "refused": len(outcomes) - done,
-                "actor": actor,
+                "actor": actor.name,
             }
             return TemplateResponse(request, "admin/workflows/bulk_done.html", context)
         now = timezone.now()

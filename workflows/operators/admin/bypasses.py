@@ -2,7 +2,8 @@
 
 Opened and ended with `manage.py workflows bypass` (workflows.operators.bypasses); the
 fleet's banner shows those in force. This list is their history: who, why, for what, until
-when, and who ended one early.
+when, and who ended one early. Each person sees the bypasses of the namespaces they may
+view, and every bypass of all namespaces (which covers their clusters too).
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
 from workflows.models import Bypass
-from workflows.operators.admin.common import ReadOnlyMixin, badge, when
+from workflows.operators import access, bypasses
+from workflows.operators.admin.common import ReadOnlyMixin, actor, badge, when
 
 
 @admin.register(Bypass)
@@ -33,11 +36,27 @@ class BypassAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     )
     list_filter = ("hook",)
     ordering = ("-created_at", "-id")
-    fields = (*list_display, "end_reason")
+    # Who, as the identity provider named them (empty for local accounts and the shell).
+    fields = (
+        *list_display,
+        "end_reason",
+        "actor_email",
+        "actor_subject",
+        "ended_by_email",
+        "ended_by_subject",
+    )
     readonly_fields = fields
 
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return actor(request).may(access.Permission.VIEW)
+
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return bool(request.user.is_active and request.user.is_staff)
+        if obj is None or obj.namespace == "":
+            return actor(request).may(access.Permission.VIEW)
+        return actor(request).may(access.Permission.VIEW, obj.namespace)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Bypass]:
+        return super().get_queryset(request).filter(bypasses.visible(actor(request)))
 
     @admin.display(description="state")
     def status(self, bypass: Bypass) -> str:

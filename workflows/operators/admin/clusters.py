@@ -82,7 +82,7 @@ def timeline(runs: list[Run], now: datetime.datetime) -> list[Entry]:
 
 def cluster_view(site: admin.AdminSite) -> Callable[..., HttpResponse]:
     def view(request: HttpRequest, namespace: str, name: str) -> HttpResponse:
-        runs = selectors.cluster_runs(namespace, name)
+        runs = selectors.cluster_runs(namespace, name, actor=common.actor(request))
         if not runs:
             raise Http404(f"no run of cluster {namespace}/{name}")
         now = timezone.now()

@@ -1,7 +1,10 @@
-"""What the admin's pages share: read-only admins, state badges, the reason form.
+"""What the admin's pages share: read-only admins, who may see which rows, state badges, the
+reason form.
 
 Runs, steps, events and hook calls are never edited in the admin (actions go through
-`workflows.operators.actions`); these pieces keep every page consistent about it.
+`workflows.operators.actions`); these pieces keep every page consistent about it, and about
+the permission model (workflows.operators.access): each list, page and count shows only the
+namespaces the person may view.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ import json
 from typing import Any
 
 from django import forms
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from workflows.operators import durations, redaction
+from workflows.operators import access, durations, identities, redaction
 
 STATE_COLOURS = {
     "pending": "#6c757d",
@@ -39,6 +43,25 @@ class ReadOnlyMixin:
         return False
 
 
+class NamespacedMixin:
+    """A model admin whose rows belong to a cluster namespace (`namespace_field`): shown to
+    whoever may view somewhere, each row only to those who may view its namespace."""
+
+    namespace_field = "cluster_namespace"
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return actor(request).may(access.Permission.VIEW)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is None:
+            return actor(request).may(access.Permission.VIEW)
+        return actor(request).may(access.Permission.VIEW, getattr(obj, self.namespace_field))
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        queryset: QuerySet[Any] = super().get_queryset(request)  # type: ignore[misc]
+        return queryset.filter(actor(request).where(access.Permission.VIEW, self.namespace_field))
+
+
 def json_block(value: Any) -> str:
     return format_html("<pre>{}</pre>", json.dumps(redaction.redact(value), indent=2))
 
@@ -58,9 +81,20 @@ class ReasonForm(forms.Form):
     reason = forms.CharField(max_length=500, widget=forms.TextInput(attrs={"size": 60}))
 
 
-def may_act(request: HttpRequest) -> bool:
-    """Acting on runs needs a superuser or the `workflows.operate_run` permission."""
-    return bool(request.user.is_superuser or request.user.has_perm("workflows.operate_run"))
+def actor(request: HttpRequest) -> access.Actor:
+    """Who is signed in, as the permission model sees them (once per request)."""
+    return identities.actor_of_request(request)
+
+
+def may_act(request: HttpRequest, action: str, namespace: str | None = None) -> bool:
+    """Whether the person may do `action` (an operator action's name) in `namespace`, or
+    anywhere without one."""
+    return actor(request).may(access.ACTIONS[action], namespace)
+
+
+def refusal(action: str) -> str:
+    """What the admin says to someone who may not do `action` here."""
+    return f"You may not {action} runs here: your roles do not allow it in this namespace."
 
 
 def moment(run: Any) -> str:

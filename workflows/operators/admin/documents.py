@@ -1,7 +1,9 @@
 """Templates and add-on profiles in the admin, edited as the YAML documents `apply_workflows` reads.
 
 A document is validated by `workflows.definitions.spec` exactly as `apply_workflows` does;
-templates generated from an AddonProfile change only with their profile.
+templates generated from an AddonProfile change only with their profile. Anyone who may view
+runs may read them; adding, changing and deleting needs the permission to edit, which is
+granted in every namespace or not at all (workflows.operators.access).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from django.utils.html import format_html
 from workflows.definitions import addons, apply, spec
 from workflows.engine import messages
 from workflows.models import AddonProfile, WorkflowTemplate
+from workflows.operators import access
+from workflows.operators.admin.common import actor
 
 
 def _document(kind: str, name: str, spec_: dict[str, Any]) -> str:
@@ -147,6 +151,15 @@ class _SourceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     kind = ""
 
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return actor(request).may(access.Permission.VIEW)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return actor(request).may(access.Permission.VIEW)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return actor(request).may_everywhere(access.Permission.EDIT)
+
     @admin.display(description="source")
     def source(self, obj: WorkflowTemplate | AddonProfile) -> str:
         if not obj.pk:
@@ -164,12 +177,12 @@ class _SourceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         if obj is not None and obj.managed_by:
             return False
-        return super().has_change_permission(request, obj)
+        return actor(request).may_everywhere(access.Permission.EDIT)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         if obj is not None and obj.managed_by:
             return False
-        return super().has_delete_permission(request, obj)
+        return actor(request).may_everywhere(access.Permission.EDIT)
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:  # type: ignore[override]
         # Read-only (another source's), the page shows the document as text, not a form.

@@ -3,7 +3,9 @@
 Counts by honest state on top (each a filter), filters by namespace, hook, template and
 label, and a form for bulk actions on the rows ticked or on everything the filter finds
 (`bulk`). The rows of a page are one query whatever the fleet's size
-(`selectors.fleet_page`); the counts and the filter menus are one query each.
+(`selectors.fleet_page`); the counts and the filter menus are one query each. Rows, counts,
+menus and the break-glass banner cover only the namespaces the person may view, and the
+bulk actions offered are those their roles allow somewhere (workflows.operators.access).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from django.utils import timezone
 
 from hooksvc.contract import catalog
 from workflows.models import Run
+from workflows.operators import access, bypasses, selectors, states
 from workflows.operators import bulk as bulk_actions
-from workflows.operators import bypasses, selectors, states
 from workflows.operators.admin import common
 
 PER_PAGE = 50
@@ -108,21 +110,28 @@ def _link(filters: selectors.FleetFilter, **changes: Any) -> str:
     return "?" + urlencode({k: v for k, v in values.items() if v})
 
 
-def active_bypasses(now: datetime.datetime) -> list[bypasses.Shown]:
-    """The break glass in force (hook calls answered without runs), for the banner: one query."""
-    return [bypasses.shown(b) for b in bypasses.active(now)]
+def active_bypasses(now: datetime.datetime, actor: access.Actor) -> list[bypasses.Shown]:
+    """The break glass in force (hook calls answered without runs) that `actor` sees, for the
+    banner: one query."""
+    return [bypasses.shown(b) for b in bypasses.active(now, actor=actor)]
 
 
 def fleet_view(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
     now = timezone.now()
+    actor = common.actor(request)
     filters = filters_of(request.GET)
     page = _page_number(request.GET)
     error = ""
     try:
-        counts = selectors.fleet_counts(filters, now=now)
-        runs = selectors.fleet_page(filters, now=now, offset=(page - 1) * PER_PAGE, limit=PER_PAGE)
+        counts = selectors.fleet_counts(filters, actor=actor, now=now)
+        runs = selectors.fleet_page(
+            filters, actor=actor, now=now, offset=(page - 1) * PER_PAGE, limit=PER_PAGE
+        )
     except selectors.FilterError as exc:
         error, counts, runs = str(exc), {}, []
+    offered = [
+        (a, label) for a, label in bulk_actions.ACTIONS.items() if common.may_act(request, a)
+    ]
     clusters = counts.get("clusters", 0)
     pages = max(1, math.ceil(clusters / PER_PAGE))
     all_counts = [
@@ -146,12 +155,12 @@ def fleet_view(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
         "filters": filters,
         "filtered": any(dataclasses.astuple(filters)),
         "error": error,
-        "choices": selectors.fleet_choices(now=now),
+        "choices": selectors.fleet_choices(actor=actor, now=now),
         "hooks": list(catalog.MOMENTS),
         "states": [(s.value, s.label) for s in states.State],
-        "bulk_actions": list(bulk_actions.ACTIONS.items()),
-        "may_act": common.may_act(request),
-        "bypasses": active_bypasses(now),
+        "bulk_actions": offered,
+        "may_act": bool(offered),
+        "bypasses": active_bypasses(now, actor),
         # The banner's hint runs as printed where hooksvc runs (engine/messages.py).
         "manage_py": settings.MANAGE_PY,
         "now": common.when(now),
@@ -161,7 +170,12 @@ def fleet_view(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
             ("Break glass", reverse("admin:workflows_bypass_changelist")),
             ("Templates", reverse("admin:workflows_workflowtemplate_changelist")),
             ("Add-on profiles", reverse("admin:workflows_addonprofile_changelist")),
-            ("Users", reverse("admin:auth_user_changelist")),
+            # Local accounts: Django's own permission (superusers).
+            *(
+                [("Users", reverse("admin:auth_user_changelist"))]
+                if request.user.has_perm("auth.view_user")
+                else []
+            ),
         ],
     }
     return TemplateResponse(

@@ -2,7 +2,8 @@
 
 Each call shows its time to the second and links to the runs it answered from: the runs of
 the same cluster, hook and moment (one per matching template); a call that break glass
-answered links to its bypass instead (it answered from no run).
+answered links to its bypass instead (it answered from no run). Each person sees the calls
+of the namespaces they may view (workflows.operators.access).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.utils.html import format_html, format_html_join
 
 from workflows.hookpath import bypass as hook_bypass
 from workflows.models import HookCall, Run
-from workflows.operators.admin.common import ReadOnlyMixin, when
+from workflows.operators.admin.common import NamespacedMixin, ReadOnlyMixin, when
 
 #: How much of an answer's message the list shows.
 MESSAGE_START = 80
@@ -31,7 +32,7 @@ def _answered_by() -> QuerySet[Run]:
 
 
 @admin.register(HookCall)
-class HookCallAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class HookCallAdmin(ReadOnlyMixin, NamespacedMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
         "time",
         "hook",
@@ -62,9 +63,6 @@ class HookCallAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
         "runs_answered",
     )
     readonly_fields = fields
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return bool(request.user.is_active and request.user.is_staff)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[HookCall]:
         # The first run answered and how many, in the list's own query (no query per row).
@@ -127,6 +125,7 @@ class HookCallAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="runs it answered from")
     def runs_answered(self, call: HookCall) -> str:
+        # A call's runs are of its own cluster, so of a namespace the person may view.
         bypassed = _bypass_link(call)
         if bypassed:
             return format_html("none: {}", bypassed)

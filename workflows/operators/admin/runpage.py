@@ -93,8 +93,15 @@ def _next(step: StepRun, now: datetime.datetime) -> str:
 
 
 def step_line(
-    step: StepRun, run: Run, start: datetime.datetime, total: float, now: datetime.datetime
+    step: StepRun,
+    run: Run,
+    start: datetime.datetime,
+    total: float,
+    now: datetime.datetime,
+    *,
+    actions: bool = True,
 ) -> StepLine:
+    """A step's line; `actions` False leaves its actions out (the person may not operate)."""
     person = states.step_waits_for_person(step)
     end = step.finished_at or (now if step.started_at else None)
     failing = step.state == StepRun.State.FAILED or (
@@ -127,7 +134,7 @@ def step_line(
         actions=[
             (label, reverse("admin:workflows_run_step_action", args=[run.pk, step.name, action]))
             for action, label in STEP_ACTIONS.items()
-            if step_action_applies(step, action)
+            if actions and step_action_applies(step, action)
         ],
         left=round(left, 2),
         width=round(width, 2),
@@ -152,8 +159,13 @@ def call_groups(calls: list[HookCall]) -> list[CallGroup]:
     return groups
 
 
-def live_context(run: Run, run_actions: list[tuple[str, str]]) -> dict[str, Any]:
-    """What the live part of the page shows: the summary, the steps, the calls, the history."""
+def live_context(
+    run: Run, run_actions: list[tuple[str, str]], *, step_actions: bool = True
+) -> dict[str, Any]:
+    """What the live part of the page shows: the summary, the steps, the calls, the history.
+
+    `run_actions` are those the person may take; `step_actions` whether they may operate
+    its steps (approve, skip, retry)."""
     now = timezone.now()
     state = states.of(run)
     end = run.finished_at or now
@@ -181,7 +193,7 @@ def live_context(run: Run, run_actions: list[tuple[str, str]]) -> dict[str, Any]
         "held_for": common.between(run.created_at, end),
         "ran_for": common.between(run.started_at, end),
         "deadline": deadline,
-        "steps": [step_line(step, run, start, total, now) for step in steps],
+        "steps": [step_line(step, run, start, total, now, actions=step_actions) for step in steps],
         "call_groups": call_groups(calls),
         "calls_read": len(calls),
         "calls_cap": HOOK_CALLS_READ,

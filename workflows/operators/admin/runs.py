@@ -1,7 +1,9 @@
 """The admin's run pages: the run list, a run's timeline and history, its confirmed actions.
 
 Runs, steps and events are never edited here: actions call `workflows.operators.actions`,
-which change state through transitions and record who did what and why.
+which change state through transitions and record who did what and why. Each list and page
+shows only runs of namespaces the person may view, and offers only the actions their roles
+allow there (workflows.operators.access); a forged POST is refused by the same rules.
 """
 
 from __future__ import annotations
@@ -20,9 +22,16 @@ from django.utils.html import format_html
 from django.utils.http import content_disposition_header
 
 from workflows.models import Run, StepRun
-from workflows.operators import actions, states
+from workflows.operators import access, actions, states
 from workflows.operators.admin import common, runpage
-from workflows.operators.admin.common import ReadOnlyMixin, ReasonForm, badge, json_block, may_act
+from workflows.operators.admin.common import (
+    NamespacedMixin,
+    ReadOnlyMixin,
+    ReasonForm,
+    badge,
+    json_block,
+    may_act,
+)
 from workflows.steps import artifacts, registry
 
 #: Actions on a whole run, with their labels (a step's are in runpage.STEP_ACTIONS).
@@ -51,7 +60,7 @@ class StateFilter(admin.SimpleListFilter):
 
 
 @admin.register(Run)
-class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class RunAdmin(ReadOnlyMixin, NamespacedMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
         "cluster",
         "hook_moment",
@@ -74,9 +83,6 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Viewing only: the change form is read-only and saves nothing.
         return False
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return bool(request.user.is_active and request.user.is_staff)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
         # Progress comes from one aggregate per page, not one query per row.
@@ -175,12 +181,21 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
         ]
         return own + super().get_urls()
 
-    def _run_actions(self, run: Run) -> list[tuple[str, str]]:
+    def _run(self, request: HttpRequest, run_id: Any) -> Run:
+        """The run, if the person may view it; else 404, as for a run that does not exist."""
+        visible = Run.objects.filter(common.actor(request).where(access.Permission.VIEW))
+        return get_object_or_404(visible, pk=run_id)
+
+    def _run_actions(self, request: HttpRequest, run: Run) -> list[tuple[str, str]]:
         return [
             (label, reverse("admin:workflows_run_action", args=[run.pk, action]))
             for action, label in RUN_ACTIONS.items()
-            if _run_action_applies(run, action)
+            if _run_action_applies(run, action) and may_act(request, action, run.cluster_namespace)
         ]
+
+    def _live(self, request: HttpRequest, run: Run) -> dict[str, Any]:
+        operates = may_act(request, "approve", run.cluster_namespace)
+        return runpage.live_context(run, self._run_actions(request, run), step_actions=operates)
 
     def change_view(
         self,
@@ -192,10 +207,10 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
         """The run's own page (runpage): its steps first; nothing on it is a form."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        run = get_object_or_404(Run, pk=object_id)
+        run = self._run(request, object_id)
         context = {
             **self.admin_site.each_context(request),
-            **runpage.live_context(run, self._run_actions(run)),
+            **self._live(request, run),
             "title": f"{run.template_name} on {run.cluster_namespace}/{run.cluster_name}",
             "opts": self.model._meta,
             # Redacted: staff see the shape of an http step's headers, never a credential.
@@ -208,8 +223,8 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
         """The live part of a run's page alone, as the page asks for it while the run is active."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        run = get_object_or_404(Run, pk=run_id)
-        context = runpage.live_context(run, self._run_actions(run))
+        run = self._run(request, run_id)
+        context = self._live(request, run)
         return TemplateResponse(request, "admin/workflows/run/live.html", context)
 
     def artifact_view(
@@ -218,6 +233,7 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
         """A file a step kept (the conformance JUnit), as a download."""
         if not self.has_view_permission(request):
             raise PermissionDenied
+        self._run(request, run_id)
         found = artifacts.artifact_get(run_id=run_id, step_name=step_name, name=name)
         if found is None:
             raise Http404(f"run {run_id} step {step_name} has no file {name}")
@@ -226,7 +242,7 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
         return response
 
     def run_action_view(self, request: HttpRequest, run_id: int, action: str) -> HttpResponse:
-        run = get_object_or_404(Run, pk=run_id)
+        run = self._run(request, run_id)
         if action not in RUN_ACTIONS:
             return HttpResponseRedirect(reverse("admin:workflows_run_change", args=[run_id]))
         return self._confirm(request, run, action, RUN_ACTIONS[action], step_name="")
@@ -234,7 +250,7 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     def step_action_view(
         self, request: HttpRequest, run_id: int, step_name: str, action: str
     ) -> HttpResponse:
-        run = get_object_or_404(Run, pk=run_id)
+        run = self._run(request, run_id)
         if action not in STEP_ACTIONS:
             return HttpResponseRedirect(reverse("admin:workflows_run_change", args=[run_id]))
         return self._confirm(
@@ -244,27 +260,18 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     def _confirm(
         self, request: HttpRequest, run: Run, action: str, title: str, *, step_name: str
     ) -> HttpResponse:
-        if not may_act(request):
-            messages.error(
-                request,
-                "Only superusers and users with the 'operate runs' permission can act on runs.",
-            )
+        if not may_act(request, action, run.cluster_namespace):
+            messages.error(request, common.refusal(action))
             return HttpResponseRedirect(reverse("admin:workflows_run_change", args=[run.pk]))
         form = ReasonForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
-            actor = request.user.get_username()
+            actor = common.actor(request)
             try:
-                _perform(
-                    action,
-                    run.pk,
-                    step_name,
-                    actor=f"admin:{actor}",
-                    reason=form.cleaned_data["reason"],
-                )
-            except actions.ActionError as exc:
+                _perform(action, run.pk, step_name, actor=actor, reason=form.cleaned_data["reason"])
+            except (actions.ActionError, access.Denied) as exc:
                 messages.error(request, str(exc))
             else:
-                messages.success(request, f"{title}: done, recorded as admin:{actor}.")
+                messages.success(request, f"{title}: done, recorded as {actor.name}.")
             return HttpResponseRedirect(reverse("admin:workflows_run_change", args=[run.pk]))
         context = {
             **self.admin_site.each_context(request),
@@ -304,7 +311,7 @@ def _run_action_applies(run: Run, action: str) -> bool:
     return run.state in (Run.State.FAILED, Run.State.CANCELLED)
 
 
-def _perform(action: str, run_id: int, step_name: str, *, actor: str, reason: str) -> None:
+def _perform(action: str, run_id: int, step_name: str, *, actor: access.Actor, reason: str) -> None:
     if action == "approve":
         actions.step_approve(run_id=run_id, step_name=step_name, actor=actor, reason=reason)
     elif action == "skip":

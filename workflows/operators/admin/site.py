@@ -1,14 +1,24 @@
-"""hooksvc's admin site: says "hooksvc", lands on the fleet, and has no dead "View site" link."""
+"""hooksvc's admin site: says "hooksvc", lands on the fleet, and has no dead "View site" link.
+
+Who may enter is the permission model's question (workflows.operators.access): anyone
+granted viewing somewhere, a person signed in through the identity provider as much as a
+local account. The sign-in page offers single sign-on when it is configured, and the
+password form while local accounts are on (HOOKSVC_LOCAL_LOGIN).
+"""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
+from django.conf import settings
 from django.contrib import admin
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, URLResolver, path
+from django.urls import URLPattern, URLResolver, path, reverse
 
+from workflows.operators import identities
+from workflows.operators.access import Permission
 from workflows.operators.admin import bulk, clusters, fleet
 
 
@@ -18,6 +28,20 @@ class Site(admin.AdminSite):
     index_title = "Fleet"
     #: hooksvc serves no site besides the admin: no "View site" link.
     site_url = None
+    login_template = "admin/workflows/login.html"
+
+    def has_permission(self, request: HttpRequest) -> bool:
+        return identities.actor_of_request(request).may(Permission.VIEW)
+
+    def login(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {**(extra_context or {}), "local_login": settings.LOCAL_LOGIN}
+        if settings.OIDC_ISSUER:
+            following = request.GET.get("next", "") or reverse("admin:index")
+            context["oidc_url"] = f"{reverse('oidc_login')}?{urlencode({'next': following})}"
+            context["oidc_provider"] = urlsplit(settings.OIDC_ISSUER).hostname
+        return super().login(request, context)
 
     def index(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

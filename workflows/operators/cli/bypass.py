@@ -2,8 +2,9 @@
 
 Opening needs --hook, --for and --reason (--selector and --namespace narrow it); the
 bypass ends by itself when its time is up. Everything goes through
-workflows.operators.bypasses, which checks before it writes (`BypassError` exits 1 with
-its message) and records who and why.
+workflows.operators.bypasses, which checks before it writes (`BypassError`, or
+`access.Denied` for what `--as USER` may not do, exits 1 with its message) and records who
+and why.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from hooksvc.contract import catalog
 from workflows.engine import messages
 from workflows.hookpath import bypass as hook_bypass
 from workflows.models import Bypass
-from workflows.operators import bypasses
+from workflows.operators import access, bypasses
 from workflows.operators.cli import output
 
 #: What only opening a bypass takes, by option.
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         help="how long: 30m, 2h, 1h30m, 1d (7d at most)",
     )
     parser.add_argument("--reason", metavar="TEXT", help="why (recorded, and in every answer)")
-    parser.add_argument("--actor", metavar="NAME", help="who (default: cli:<OS user>)")
+    output.add_who(parser, acts=True)
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
     parser.set_defaults(handler=handle)
 
@@ -64,7 +65,7 @@ def handle(stdout: OutputWrapper, options: dict[str, Any]) -> None:
             _end(stdout, options)
         else:
             _open(stdout, options)
-    except bypasses.BypassError as exc:
+    except (bypasses.BypassError, access.Denied) as exc:
         raise CommandError(str(exc)) from None
 
 
@@ -90,7 +91,7 @@ def _open(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         selector=options["selector"] or "",
         namespace=options["namespace"] or "",
         duration=duration,
-        actor=options["actor"] or output.default_actor(),
+        actor=output.actor_of(options, acts=True),
         reason=options["reason"],
     )
     shown = bypasses.shown(bypass)
@@ -106,14 +107,14 @@ def _end(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         raise CommandError("ending a bypass needs --reason")
     bypass = bypasses.bypass_end(
         bypass_id=options["end"],
-        actor=options["actor"] or output.default_actor(),
+        actor=output.actor_of(options, acts=True),
         reason=options["reason"],
     )
     stdout.write(f"bypass {bypass.pk} ended: {bypass.hook} calls start runs again")
 
 
 def _list(stdout: OutputWrapper, options: dict[str, Any]) -> None:
-    found = bypasses.active()
+    found = bypasses.active(actor=output.actor_of(options, acts=False))
     if options["output"] == "json":
         output.write_json(stdout, [_summary(b) for b in found])
         return

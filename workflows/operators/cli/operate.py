@@ -1,7 +1,8 @@
 """`workflows retry|cancel|approve|skip|release`: one operator action on one run.
 
 Each calls workflows.operators.actions, which locks, checks, records who and why, and wakes
-the engine; an action that does not apply (`actions.ActionError`) exits 1 with its message.
+the engine; an action that does not apply (`actions.ActionError`), or that `--as USER` may
+not take there (`access.Denied`), exits 1 with its message.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
 
-from workflows.operators import actions
+from workflows.operators import access, actions
 from workflows.operators.cli import output
 
 #: Each action: its help, and whether it takes --step ("optional", "required" or None).
@@ -31,7 +32,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         if step:
             action.add_argument("--step", required=step == "required", metavar="NAME")
         action.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded)")
-        action.add_argument("--actor", metavar="NAME", help="who (default: cli:<OS user>)")
+        output.add_who(action, acts=True)
         action.set_defaults(handler=act)
 
 
@@ -39,7 +40,7 @@ def act(stdout: OutputWrapper, options: dict[str, Any]) -> None:
     command = options["command"]
     common = {
         "run_id": options["run_id"],
-        "actor": options["actor"] or output.default_actor(),
+        "actor": output.actor_of(options, acts=True),
         "reason": options["reason"],
     }
     try:
@@ -53,7 +54,7 @@ def act(stdout: OutputWrapper, options: dict[str, Any]) -> None:
             run = actions.step_skip(**common, step_name=options["step"])
         else:
             run = actions.run_release(**common)
-    except actions.ActionError as exc:
+    except (actions.ActionError, access.Denied) as exc:
         raise CommandError(str(exc)) from None
     step = f" step {options['step']}" if options.get("step") else ""
     stdout.write(f"run {run.pk}{step}: {command} recorded (run is {run.state})")

@@ -1,13 +1,23 @@
-"""How the operator CLI prints: aligned tables, JSON, and who the operator is."""
+"""How the operator CLI prints: aligned tables, JSON, and who the operator is.
+
+Who: the shell's CLI acts as the local superuser would (whoever runs it has the database's
+credentials anyway), recorded as `--actor NAME` or `cli:<OS user>`. `--as USER` instead
+answers and acts as that user, under their roles (workflows.operators.access): a person who
+signed in through the identity provider (named by their e-mail), with the groups of their
+last sign-in, recorded with their subject and e-mail; or a local account.
+"""
 
 from __future__ import annotations
 
+import argparse
 import getpass
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
+
+from workflows.operators import access, identities
 
 #: Between two columns of a table.
 GAP = "  "
@@ -62,3 +72,28 @@ def default_actor() -> str:
         return f"cli:{getpass.getuser()}"
     except (OSError, KeyError):  # no login name and no passwd entry (some containers)
         raise CommandError("cannot tell who you are; pass --actor NAME") from None
+
+
+def add_who(parser: argparse.ArgumentParser, *, acts: bool) -> None:
+    """`--as USER` (and, for commands that act, `--actor NAME`)."""
+    parser.add_argument(
+        "--as",
+        dest="as_user",
+        metavar="USER",
+        help="answer and act as this user, under their roles (default: unrestricted)",
+    )
+    if acts:
+        parser.add_argument("--actor", metavar="NAME", help="who (default: cli:<OS user>)")
+
+
+def actor_of(options: Mapping[str, Any], *, acts: bool) -> access.Actor:
+    """Who the command answers and acts for (see the module's docstring)."""
+    as_user, name = options.get("as_user"), options.get("actor")
+    if as_user and name:
+        raise CommandError("--as USER records that user; give no --actor with it")
+    if as_user:
+        try:
+            return identities.actor_named(as_user)
+        except LookupError as exc:
+            raise CommandError(str(exc)) from None
+    return access.unrestricted(name or (default_actor() if acts else "cli"))

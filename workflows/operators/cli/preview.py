@@ -10,7 +10,7 @@ import yaml
 from django.core.management.base import CommandError, OutputWrapper
 
 from hooksvc.contract import catalog, wire
-from workflows.operators import selectors
+from workflows.operators import access, selectors
 from workflows.operators.cli import output
 
 #: Version options of `preview`, by the request field they stand for.
@@ -39,11 +39,15 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     preview.add_argument("--to", dest="to_version", metavar="VERSION")
     preview.add_argument("--version", dest="kubernetes_version", metavar="VERSION")
     preview.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    output.add_who(preview, acts=False)
     preview.set_defaults(handler=show_preview)
 
 
 def show_preview(stdout: OutputWrapper, options: dict[str, Any]) -> None:
-    result = selectors.call_preview(_call(options))
+    try:
+        result = selectors.call_preview(_call(options), actor=output.actor_of(options, acts=False))
+    except access.Denied as exc:
+        raise CommandError(str(exc)) from None
     if options["output"] == "json":
         output.write_json(stdout, result)
         return

@@ -31,10 +31,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         default="table",
         help=f"table (fits {WIDTH} columns), wide (adds HOOK and MOMENT, cuts nothing), json",
     )
+    output.add_who(lister, acts=False)
     lister.set_defaults(handler=list_runs)
     show = sub.add_parser("show", help="a run with its steps and events")
     show.add_argument("run_id", type=int, metavar="RUN_ID")
     show.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    output.add_who(show, acts=False)
     show.set_defaults(handler=show_run)
 
 
@@ -45,6 +47,7 @@ def list_runs(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         if not sep or not namespace or not name:
             raise CommandError("--cluster must be NAMESPACE/NAME")
     found = selectors.runs_list(
+        actor=output.actor_of(options, acts=False),
         state=options["state"],
         hook=options["hook"],
         cluster_namespace=namespace,
@@ -88,7 +91,7 @@ def list_runs(stdout: OutputWrapper, options: dict[str, Any]) -> None:
 
 
 def show_run(stdout: OutputWrapper, options: dict[str, Any]) -> None:
-    run = selectors.run_detail(options["run_id"])
+    run = selectors.run_detail(options["run_id"], actor=output.actor_of(options, acts=False))
     if run is None:
         raise CommandError(f"run {options['run_id']} does not exist")
     if options["output"] == "json":

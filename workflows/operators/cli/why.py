@@ -23,7 +23,8 @@ from hooksvc.contract import catalog
 from workflows.engine import messages
 from workflows.hookpath import bypass as hook_bypass
 from workflows.models import HookCall, KnownCluster, Run, StepRun
-from workflows.operators import bypasses, durations, selectors, states
+from workflows.operators import access, bypasses, durations, selectors, states
+from workflows.operators.cli import output
 
 #: CAPI's annotation that lets a Cluster's deletion go on without BeforeClusterDelete:
 #: its topology controller calls the hook only while the Cluster lacks it, and its
@@ -42,6 +43,7 @@ CLUSTER_RESOURCE = "clusters.cluster.x-k8s.io"
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     why = sub.add_parser("why", help="what holds each hook of a cluster, and the ways out")
     why.add_argument("cluster", metavar="NAMESPACE/NAME")
+    output.add_who(why, acts=False)
     why.set_defaults(handler=explain)
 
 
@@ -50,12 +52,13 @@ def explain(stdout: OutputWrapper, options: dict[str, Any]) -> None:
     if not sep or not namespace or not name or "/" in name:
         raise CommandError(f"cluster {options['cluster']!r}: write it as NAMESPACE/NAME")
     now = timezone.now()
+    actor = output.actor_of(options, acts=False)
     runs = list(
-        selectors.runs_list(cluster_namespace=namespace, cluster_name=name)
+        selectors.runs_list(actor=actor, cluster_namespace=namespace, cluster_name=name)
         .prefetch_related("steps")
         .order_by("created_at", "pk")
     )
-    if not runs and not _seen(namespace, name):
+    if not runs and not (actor.may(access.Permission.VIEW, namespace) and _seen(namespace, name)):
         raise CommandError(
             f"hooksvc knows no cluster {namespace}/{name}: no run, hook call or watcher record "
             f"names it (`{messages.command('workflows list')}` shows the clusters with runs)"
