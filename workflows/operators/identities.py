@@ -147,11 +147,12 @@ def signed_in(
             user.set_unusable_password()
             user.save()
             identity = Identity(user=user, issuer=issuer, subject=subject)
-        user = identity.user
-        username = _username(issuer, subject, email)
-        if (user.username, user.email) != (username, email):
-            user.username, user.email = username, email
-            user.save(update_fields=["username", "email"])
+        else:
+            user = identity.user
+            username = _username(issuer, subject, email)
+            if (user.username, user.email) != (username, email):
+                user.username, user.email = username, email
+                user.save(update_fields=["username", "email"])
         identity.email, identity.groups, identity.signed_in_at = email, groups, now
         identity.save()
     return user

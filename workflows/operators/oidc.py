@@ -20,6 +20,7 @@ from typing import Any
 import requests
 from authlib.integrations.base_client import OAuthError
 from authlib.integrations.django_client import DjangoOAuth2App, OAuth
+from authlib.integrations.requests_client import OAuth2Session
 from django.conf import settings
 from django.contrib import auth
 from django.contrib.auth.backends import BaseBackend
@@ -57,6 +58,24 @@ class Backend(BaseBackend):
         )
 
 
+class _Session(OAuth2Session):  # type: ignore[misc]
+    """authlib's requests session, with its `verify` in every request: requests lets
+    REQUESTS_CA_BUNDLE in the environment override a session's own (sessions.py,
+    `merge_environment_settings`), and HOOKSVC_OIDC_CA_FILE must win."""
+
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("verify", self.verify)
+        return super().request(method, url, *args, **kwargs)
+
+
+class _App(DjangoOAuth2App):  # type: ignore[misc]
+    client_cls = _Session
+
+
+class _Registry(OAuth):  # type: ignore[misc]
+    oauth2_client_cls = _App
+
+
 @functools.cache
 def client() -> DjangoOAuth2App:
     """The OpenID Connect client of the configured provider (metadata and keys cached)."""
@@ -70,7 +89,7 @@ def client() -> DjangoOAuth2App:
     if not settings.OIDC_CLIENT_SECRET:
         # A public client: PKCE alone, no client secret at the token endpoint.
         kwargs["token_endpoint_auth_method"] = "none"  # noqa: S105
-    registry = OAuth()
+    registry = _Registry()
     registry.register(
         "hooksvc",
         client_id=settings.OIDC_CLIENT_ID,
@@ -89,8 +108,13 @@ def _forget(setting: str, **kwargs: Any) -> None:
 
 
 def _claims_options() -> dict[str, Any]:
-    # The issuer configured, not only the one the discovery document names.
-    return {"iss": {"essential": True, "values": [settings.OIDC_ISSUER]}}
+    # The issuer configured, not only the one the discovery document names; and the audience
+    # pinned too: authlib checks `aud` only when told (authlib/jose/rfc7519/claims.py,
+    # JWTClaims.validate_aud), and its `azp` check alone lets a token for several audiences by.
+    return {
+        "iss": {"essential": True, "values": [settings.OIDC_ISSUER]},
+        "aud": {"essential": True, "values": [settings.OIDC_CLIENT_ID]},
+    }
 
 
 def claims_of(token: dict[str, Any], *, nonce: str) -> dict[str, Any]:
