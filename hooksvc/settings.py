@@ -227,7 +227,7 @@ if OIDC_ISSUER:
         raise RuntimeError(
             f"HOOKSVC_OIDC_SCOPES must include openid, got {' '.join(OIDC_SCOPES)!r}"
         )
-_local_login = os.environ.get("HOOKSVC_LOCAL_LOGIN", "1")
+_local_login = os.environ.get("HOOKSVC_LOCAL_LOGIN", "") or "1"
 if _local_login not in ("0", "1"):
     raise RuntimeError(f"HOOKSVC_LOCAL_LOGIN must be 1 or 0, got {_local_login!r}")
 #: Local accounts (their passwords, their sessions, their rights) count only while this is on.

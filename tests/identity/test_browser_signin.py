@@ -83,7 +83,9 @@ def test_an_app_team_member_signs_in_through_the_provider_and_approves_their_clu
     shoot(page, output_dir, "history")
 
     # The other team's run is not there for her, not even by its address.
-    other = page.goto(f"https://localhost:{sso_server.port}/admin/workflows/run/{theirs.pk}/change/")
+    other = page.goto(
+        f"https://localhost:{sso_server.port}/admin/workflows/run/{theirs.pk}/change/"
+    )
     assert other is not None and other.status == 404
 
     event = RunEvent.objects.get(kind="action")
