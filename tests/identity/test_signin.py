@@ -219,3 +219,14 @@ def test_turning_the_provider_off_ends_its_peoples_sessions(
     assert client.get("/admin/").status_code == 200
     with override_settings(OIDC_ISSUER="https://another-issuer.example"):
         assert client.get("/admin/").status_code == 302
+
+
+def test_a_person_without_a_groups_claim_signs_in_with_their_userinfo_asked_and_no_role(
+    signin: oidc.Provider, client: Client
+) -> None:
+    """Without the groups claim in the ID token, hooksvc asks the userinfo endpoint (as for a
+    Keycloak mapper that adds groups there only); none there either: no group, no role."""
+    signin.user("sub-gil", email="gil@example.com")
+    sign_in(client, signin, "sub-gil")
+    assert Identity.objects.get(subject="sub-gil").groups == []
+    assert client.get("/admin/").status_code == 302

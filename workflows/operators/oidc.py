@@ -153,6 +153,17 @@ def callback(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(reverse("admin:login"))
     try:
         token = client().authorize_access_token(request, claims_options=_claims_options())
+        claims = token.get("userinfo") or {}
+        groups = identities.groups_of(claims, settings.OIDC_GROUPS_CLAIM)
+        if (
+            claims
+            and settings.OIDC_GROUPS_CLAIM not in claims
+            and "userinfo_endpoint" in client().server_metadata
+        ):
+            # Some providers (Keycloak without the mapper's ID token option) send groups
+            # only from their userinfo endpoint.
+            userinfo = client().userinfo(token=token)
+            groups = identities.groups_of(userinfo, settings.OIDC_GROUPS_CLAIM)
     except OAuthError as exc:
         logger.warning("sign-in refused", extra={"error": exc.error})
         return _failed(request, f"The sign-in did not complete ({exc.error}). Sign in again.", 400)
@@ -162,13 +173,8 @@ def callback(request: HttpRequest) -> HttpResponse:
     except requests.RequestException as exc:
         logger.warning("identity provider unreachable", extra={"error": type(exc).__name__})
         return _failed(request, "The identity provider could not be reached.", 502)
-    claims = token.get("userinfo")
     if not claims:
         return _failed(request, "The identity provider sent no ID token.", 403)
-    groups = identities.groups_of(claims, settings.OIDC_GROUPS_CLAIM)
-    if settings.OIDC_GROUPS_CLAIM not in claims and "userinfo_endpoint" in client().server_metadata:
-        # Some providers (Keycloak without the mapper's ID token option) send groups only here.
-        groups = identities.groups_of(client().userinfo(token=token), settings.OIDC_GROUPS_CLAIM)
     user = identities.signed_in(
         issuer=settings.OIDC_ISSUER,
         subject=str(claims["sub"]),
