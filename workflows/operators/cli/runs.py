@@ -135,7 +135,9 @@ def show_run(stdout: OutputWrapper, options: dict[str, Any]) -> None:
     stdout.write("\nevents (oldest first):")
     events = [["AT", "STEP", "EVENT", "ACTOR", "REASON", "MESSAGE"]]
     for e in run["events"]:
-        events.append([e["at"], e["step"], e["name"], e["actor"], e["reason"], e["message"]])
+        # A person the identity provider signed in: their e-mail too (the subject is in -o json).
+        actor = f"{e['actor']} ({e['actorEmail']})" if e["actorEmail"] else e["actor"]
+        events.append([e["at"], e["step"], e["name"], actor, e["reason"], e["message"]])
     stdout.write(output.table(events))
 
 
