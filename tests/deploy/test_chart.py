@@ -334,7 +334,11 @@ def test_a_cluster_issuer_and_prometheus_labels_are_used() -> None:
     roles = {
         (o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects if o["kind"] == "Role"
     }
-    assert roles == {("team-a", "hooksvc-secrets"), ("team-b", "hooksvc-secrets")}
+    assert roles == {
+        ("team-a", "hooksvc-secrets"),
+        ("team-b", "hooksvc-secrets"),
+        (chart.NAMESPACE, "hooksvc-watcher-lease"),
+    }
     assert "secrets" not in str(manifests.find(objects, "ClusterRole", "hooksvc")["rules"])
 
 
