@@ -6,6 +6,7 @@ overlay is checked as well as the base it changes.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import subprocess
@@ -107,3 +108,88 @@ def is_hooksvc(workload: Obj) -> bool:
 
 def id_of(obj: Obj) -> str:
     return f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+class PodWouldNotStartError(Exception):
+    """The kubelet's refusal: a reference that is not optional names no object or key."""
+
+
+def _source(objects: list[Obj], kind: str, name: str) -> dict[str, str] | None:
+    """A ConfigMap's or Secret's data as text, None when the rendering has no such object."""
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    if not found:
+        return None
+    data: dict[str, str] = dict(found[0].get("data") or {})
+    if kind == "Secret":
+        data = {k: base64.b64decode(v).decode() for k, v in data.items()}
+        data.update(found[0].get("stringData") or {})
+    return data
+
+
+def _key_ref(objects: list[Obj], kind: str, ref: Obj) -> str | None:
+    data = _source(objects, kind, ref["name"])
+    if data is not None and ref["key"] in data:
+        return data[ref["key"]]
+    if ref.get("optional"):
+        return None
+    raise PodWouldNotStartError(f"{kind} {ref['name']} has no key {ref['key']}")
+
+
+def _volumes(spec: Obj, objects: list[Obj], root: Path) -> dict[str, Path]:
+    """Each ConfigMap volume written under root/<volume> (kubernetes pkg/volume/configmap/
+    configmap.go, SetUpAt: an optional ConfigMap that is missing is an empty volume)."""
+    where: dict[str, Path] = {}
+    for volume in spec.get("volumes", []):
+        if "configMap" not in volume:
+            continue
+        data = _source(objects, "ConfigMap", volume["configMap"]["name"])
+        if data is None and not volume["configMap"].get("optional"):
+            raise PodWouldNotStartError(f"ConfigMap {volume['configMap']['name']} is missing")
+        (root / volume["name"]).mkdir(parents=True)
+        for key, text in (data or {}).items():
+            (root / volume["name"] / key).write_text(text)
+        where[volume["name"]] = root / volume["name"]
+    return where
+
+
+def _variables(container: Obj, objects: list[Obj]) -> dict[str, str]:
+    """As kubernetes pkg/kubelet/kubelet_pods.go, makeEnvironmentVariables: envFrom first,
+    then each `env` entry, which wins; an optional reference to a missing object or key
+    leaves the variable out (an `env` entry then sets nothing), any other is an error."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        kind = "ConfigMap" if "configMapRef" in source else "Secret"
+        ref = source.get("configMapRef") or source["secretRef"]
+        data = _source(objects, kind, ref["name"])
+        if data is None and not ref.get("optional"):
+            raise PodWouldNotStartError(f"{kind} {ref['name']} is missing")
+        env.update(data or {})
+    for entry in container.get("env", []):
+        if "value" in entry:
+            value: str | None = entry["value"]
+        elif "configMapKeyRef" in entry["valueFrom"]:
+            value = _key_ref(objects, "ConfigMap", entry["valueFrom"]["configMapKeyRef"])
+        else:
+            value = _key_ref(objects, "Secret", entry["valueFrom"]["secretKeyRef"])
+        if value is not None:
+            env[entry["name"]] = value
+    return env
+
+
+def pod_environment(
+    workload: Obj, container: str, objects: list[Obj], root: Path
+) -> dict[str, str]:
+    """The variables a container of `workload` would be started with, given `objects` in
+    its namespace, as the kubelet gives them; its ConfigMap volumes are written under root,
+    and a value under a mount path points there instead, so that a local process reads the
+    files the pod would."""
+    spec = pod_spec(workload)
+    [found] = [c for c in spec["containers"] if c["name"] == container]
+    where = _volumes(spec, objects, root)
+    mounts = {m["mountPath"]: where[m["name"]] for m in found["volumeMounts"] if m["name"] in where}
+    env = _variables(found, objects)
+    for name, value in env.items():
+        for path, local in mounts.items():
+            if value.startswith(path + "/"):
+                env[name] = str(local / value.removeprefix(path + "/"))
+    return env

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import secrets
 import shutil
@@ -240,3 +241,46 @@ def as_child(command: list[str], env: Mapping[str, str], log_path: Path) -> Iter
 
 def entrypoint(process: str, *args: str) -> list[str]:
     return ["/bin/sh", str(ENTRYPOINT), process, *args]
+
+
+#: What a process makes of the sign-in settings it was started with (hooksvc.settings reads
+#: them at import; the admin's AppConfig.ready reads the role rules, or stops the process).
+_SIGN_IN = """
+import json
+from django.conf import settings
+from workflows.operators import roles
+print(json.dumps({
+    "issuer": settings.OIDC_ISSUER,
+    "client_id": settings.OIDC_CLIENT_ID,
+    "client_secret": settings.OIDC_CLIENT_SECRET,
+    "scopes": settings.OIDC_SCOPES,
+    "groups_claim": settings.OIDC_GROUPS_CLAIM,
+    "ca_file": settings.OIDC_CA_FILE,
+    "local_login": settings.LOCAL_LOGIN,
+    "rules": [
+        [r.group, list(r.roles), sorted(r.namespaces) if r.namespaces is not None else None]
+        for r in roles.current()
+    ],
+}))
+"""
+SIGN_IN_PREFIXES = ("HOOKSVC_OIDC_", "HOOKSVC_LOCAL_LOGIN", "HOOKSVC_ROLES_FILE")
+
+
+def sign_in_settings(env: Mapping[str, str]) -> dict[str, object]:
+    """The sign-in settings and role rules of a process started with the sign-in variables
+    of `env` (the rest are the tests'), in a process of its own; AssertionError with its
+    stderr when the settings stop it."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(SIGN_IN_PREFIXES)}
+    given = {k: v for k, v in env.items() if k.startswith(SIGN_IN_PREFIXES)}
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", _SIGN_IN],
+        cwd=servers.ROOT,
+        env={**base, "DJANGO_SETTINGS_MODULE": "tests.settings", **given},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    found: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return found
