@@ -18,7 +18,7 @@ import pytest
 import yaml
 from django.conf import settings
 
-from tests.deploy import chart, manifests
+from tests.deploy import chart, manifests, processes
 
 #: The chart's labels that every object carries as k8s/ does.
 OWN_LABELS = {"app.kubernetes.io/name": "hooksvc", "app.kubernetes.io/part-of": "hooksvc"}
@@ -102,13 +102,14 @@ def test_the_comparison_finds_a_changed_field() -> None:
         _assert_same_objects(chart.kustomize_view(objects), changed)
 
 
-def test_the_crds_dashboard_and_alerts_are_the_files_of_k8s() -> None:
+def test_the_crds_dashboard_alerts_and_role_rules_are_the_files_of_k8s() -> None:
     """One copy of each: the chart's files/ link to k8s/ (`make crds` writes k8s/base/crds)."""
     files = chart.CHART / "files"
     for name, target in {
         "crds": manifests.K8S / "base" / "crds",
         "prometheusrule.yaml": manifests.K8S / "monitoring" / "prometheusrule.yaml",
         "hooksvc-dashboard.json": manifests.K8S / "monitoring" / "hooksvc-dashboard.json",
+        "roles.yaml": manifests.K8S / "base" / "roles.yaml",
     }.items():
         assert (files / name).is_symlink(), name
         assert (files / name).resolve() == target.resolve(), name
@@ -138,6 +139,23 @@ REFUSED = [
         "identity.localLogin=false needs identity.oidc.issuer: nobody could sign in",
     ),
     ({"identity.oidc.scopes": "email profile"}, "identity.oidc.scopes: Does not match"),
+    (
+        {"identity.existing.enabled": "true", "identity.oidc.issuer": "https://dex.example.com"},
+        "identity.oidc.issuer is not read with identity.existing.enabled: set it in the "
+        "ConfigMap hooksvc-identity instead",
+    ),
+    (
+        {
+            "identity.existing.enabled": "true",
+            "identity.roles[0].group": "sre",
+            "identity.roles[0].roles[0]": "operator",
+        },
+        "identity.roles is not read with identity.existing.enabled",
+    ),
+    (
+        {"identity.existing.enabled": "true", "identity.existing.configMap": ""},
+        "identity.existing.configMap: Does not match",
+    ),
     ({"rbac.secretsNamespaces[0]": "Team_A"}, "rbac.secretsNamespaces.0: Does not match"),
     ({"extensionConfig.settings.retries": "3"}, "Invalid type. Expected: string, given: integer"),
     ({"tls.issuerRef.kind": "Vault"}, "tls.issuerRef.kind must be one of"),
@@ -230,10 +248,13 @@ def _resolved(objects: list[manifests.Obj], container: manifests.Obj) -> dict[st
     return env
 
 
-def test_identity_values_give_web_the_sign_in_settings_and_the_role_rules() -> None:
+def test_identity_values_give_web_the_sign_in_settings_and_the_role_rules(
+    tmp_path: Path,
+) -> None:
     """In k8s/'s shape: the settings in a ConfigMap, the client secret from an optional
     Secret, the rules in a ConfigMap mounted where HOOKSVC_ROLES_FILE points; the
-    ConfigMaps' names carry a hash of their data, so that new settings roll the pods."""
+    ConfigMaps' names carry a hash of their data, so that new settings roll the pods; the
+    process the web pod would start reads them all."""
     values = yaml.safe_load(chart.VALUE_SETS["identity"].read_text())  # type: ignore[union-attr]
     objects = chart.render(chart.VALUE_SETS["identity"])
     web = _web(objects)
@@ -263,6 +284,15 @@ def test_identity_values_give_web_the_sign_in_settings_and_the_role_rules() -> N
         changed = {o["metadata"]["name"] for o in other if o["kind"] == "ConfigMap"}
         assert len(changed - names) == 1, sets
         assert _web(other)["spec"]["template"] != web["spec"]["template"], sets
+    ca = {"kind": "ConfigMap", "metadata": {"name": "corp-ca"}, "data": {"ca.crt": "PEM"}}
+    started = processes.sign_in_settings(
+        manifests.pod_environment(web, "web", [*objects, ENV_SECRET, ca], tmp_path)
+    )
+    assert started["local_login"] is False
+    assert started["rules"] == [
+        ["platform-admins", ["admin"], None],
+        ["team-payments", ["operator"], ["payments", "payments-staging"]],
+    ]
     # Nothing else gets them.
     for workload in manifests.workloads(objects):
         for container in manifests.containers(workload):
@@ -270,10 +300,97 @@ def test_identity_values_give_web_the_sign_in_settings_and_the_role_rules() -> N
                 assert not IDENTITY_ENV & set(_env(container)), container["name"]
 
 
-def test_the_defaults_leave_sign_in_to_hooksvcs_defaults() -> None:
+#: The Secret the operator creates before installing (README, "Deploy on Kubernetes").
+ENV_SECRET: manifests.Obj = {
+    "kind": "Secret",
+    "metadata": {"name": "hooksvc-env"},
+    "stringData": {
+        "DATABASE_URL": "postgres://hooksvc@db.example.com/hooksvc",
+        "CELERY_BROKER_URL": "redis://redis.example.com:6379/0",
+        "HOOKSVC_SECRET_KEY": "not-used-here",
+    },
+}
+
+
+def test_the_defaults_are_local_accounts_only_and_k8s_base_role_rules(tmp_path: Path) -> None:
+    """As k8s/base: the settings and k8s/base/roles.yaml in hashed ConfigMaps; the process
+    the web pod would start signs in with local accounts only and grants no role."""
     objects = chart.render()
-    assert not IDENTITY_ENV & set(_env(_container(_web(objects))))
+    web = _web(objects)
+    rules = manifests.find(
+        objects, "ConfigMap", manifests.pod_spec(web)["volumes"][1]["configMap"]["name"]
+    )
+    assert rules["data"] == {"roles.yaml": (manifests.K8S / "base" / "roles.yaml").read_text()}
+    env = manifests.pod_environment(web, "web", [*objects, ENV_SECRET], tmp_path)
+    assert IDENTITY_ENV - set(env) == {"HOOKSVC_OIDC_CLIENT_SECRET", "HOOKSVC_OIDC_CA_FILE"}
+    assert processes.sign_in_settings(env) == {
+        "issuer": "",
+        "client_id": "",
+        "client_secret": "",
+        "scopes": ["openid", "email", "profile"],
+        "groups_claim": "groups",
+        "ca_file": "",
+        "local_login": True,
+        "rules": [],
+    }
+
+
+def _existing(objects: list[manifests.Obj]) -> list[manifests.Obj]:
+    """The operator's objects of identity.existing, beside the chart's."""
+    return [
+        *objects,
+        ENV_SECRET,
+        {
+            "kind": "ConfigMap",
+            "metadata": {"name": "hooksvc-identity"},
+            "data": {
+                "HOOKSVC_OIDC_ISSUER": "https://dex.example.com",
+                "HOOKSVC_OIDC_CLIENT_ID": "hooksvc",
+                "HOOKSVC_OIDC_CA_FILE": "/etc/hooksvc/oidc-ca/ca.crt",
+                "HOOKSVC_LOCAL_LOGIN": "0",
+                "HOOKSVC_ROLES_FILE": "/etc/hooksvc/roles/roles.yaml",
+            },
+        },
+        {
+            "kind": "Secret",
+            "metadata": {"name": "hooksvc-oidc"},
+            "stringData": {"client-secret": "from-the-secret"},
+        },
+        {
+            "kind": "ConfigMap",
+            "metadata": {"name": "hooksvc-roles"},
+            "data": {"roles.yaml": "rules:\n  - {group: sre, roles: [operator]}\n"},
+        },
+        {"kind": "ConfigMap", "metadata": {"name": "corp-ca"}, "data": {"ca.crt": "PEM"}},
+    ]
+
+
+def test_with_existing_objects_web_reads_every_setting_from_them_or_does_without(
+    tmp_path: Path,
+) -> None:
+    """identity.existing: no ConfigMap of the chart's; every sign-in setting is an optional
+    reference to the operator's objects, so the pods start without them (local accounts
+    only, no rules) and, with them, read them all (an `env` entry naming another source
+    would shadow them, as it would an envFrom's)."""
+    objects = chart.render(
+        sets={"identity.existing.enabled": "true", "identity.oidc.caBundle.configMap": "corp-ca"}
+    )
     assert not [o for o in objects if o["kind"] == "ConfigMap"]
+    web = _web(objects)
+    alone = manifests.pod_environment(web, "web", [*objects, ENV_SECRET], tmp_path / "none")
+    assert not alone.keys() & IDENTITY_ENV
+    env = manifests.pod_environment(web, "web", _existing(objects), tmp_path / "all")
+    assert processes.sign_in_settings(env) == {
+        "issuer": "https://dex.example.com",
+        "client_id": "hooksvc",
+        "client_secret": "from-the-secret",
+        "scopes": ["openid", "email", "profile"],
+        "groups_claim": "groups",
+        "ca_file": str(tmp_path / "all" / "oidc-ca" / "ca.crt"),
+        "local_login": False,
+        "rules": [["sre", ["operator"], None]],
+    }
+    assert Path(env["HOOKSVC_OIDC_CA_FILE"]).read_text() == "PEM"
 
 
 def test_every_value_set_sets_only_variables_hooksvc_reads(

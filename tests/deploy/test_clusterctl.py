@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy import chart, clusterctl, manifests
+from tests.deploy import chart, clusterctl, manifests, processes
 from tests.deploy.conftest import CLUSTERCTL_GIVEN
 
 PROVIDER_LABEL = ("cluster.x-k8s.io/provider", "runtime-extension-hooksvc")
@@ -249,17 +249,68 @@ def test_every_object_carries_the_provider_label() -> None:
         assert not chart.HELM_LABELS & set(labels), manifests.id_of(obj)
 
 
-def test_sign_in_settings_come_from_optional_objects() -> None:
+#: What the operator creates in hooksvc's namespace before installing (README, "Deploy on
+#: Kubernetes"), and the sign-in objects README's "Install with clusterctl" describes.
+ENV_SECRET: manifests.Obj = {
+    "kind": "Secret",
+    "metadata": {"name": "hooksvc-env"},
+    "stringData": {
+        "DATABASE_URL": "postgres://hooksvc@db.example.com/hooksvc",
+        "CELERY_BROKER_URL": "redis://redis.example.com:6379/0",
+        "HOOKSVC_SECRET_KEY": "not-used-here",
+    },
+}
+SIGN_IN_OBJECTS: list[manifests.Obj] = [
+    {
+        "kind": "ConfigMap",
+        "metadata": {"name": "hooksvc-identity"},
+        "data": {
+            "HOOKSVC_OIDC_ISSUER": "https://dex.example.com",
+            "HOOKSVC_OIDC_CLIENT_ID": "hooksvc",
+            "HOOKSVC_OIDC_SCOPES": "openid email profile groups",
+            "HOOKSVC_OIDC_CA_FILE": "/etc/hooksvc/oidc-ca/ca.crt",
+            "HOOKSVC_ROLES_FILE": "/etc/hooksvc/roles/roles.yaml",
+        },
+    },
+    {
+        "kind": "Secret",
+        "metadata": {"name": "hooksvc-identity"},
+        "stringData": {"HOOKSVC_OIDC_CLIENT_SECRET": "from-the-secret"},
+    },
+    {
+        "kind": "ConfigMap",
+        "metadata": {"name": "hooksvc-roles"},
+        "data": {"roles.yaml": "rules:\n  - {group: sre, roles: [operator, releaser]}\n"},
+    },
+    {"kind": "ConfigMap", "metadata": {"name": "hooksvc-oidc-ca"}, "data": {"ca.crt": "PEM"}},
+]
+
+
+def test_sign_in_settings_come_from_optional_objects_the_operator_keeps(tmp_path: Path) -> None:
     """No variable can leave single sign-on off by default (a variable with an empty
-    default is required: simple_processor.go, Process), so web reads the settings from a
-    ConfigMap and a Secret and the rules from a ConfigMap, each optional."""
-    web = manifests.find(_installed(), "Deployment", "hooksvc-web")
-    container = manifests.pod_spec(web)["containers"][0]
-    assert container["envFrom"] == [
-        {"configMapRef": {"name": "hooksvc-identity", "optional": True}},
-        {"secretRef": {"name": "hooksvc-identity", "optional": True}},
-    ]
-    volumes = {v["name"]: v for v in manifests.pod_spec(web)["volumes"]}
-    assert volumes["roles"]["configMap"] == {"name": "hooksvc-roles", "optional": True}
-    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts["roles"] == "/etc/hooksvc/roles"
+    default is required: simple_processor.go, Process), and `clusterctl upgrade` deletes
+    every object carrying the provider's labels before it creates the new components
+    (cmd/clusterctl/client/cluster/upgrader.go, doUpgrade; components.go, Delete), so web
+    reads every sign-in setting from objects the operator creates, each optional: without
+    them the pods start with local accounts only and no rules; with them, the process reads
+    them all (no `env` entry of the components' own shadows them)."""
+    installed = _installed()
+    assert not [o for o in installed if o["kind"] == "ConfigMap"]
+    web = manifests.find(installed, "Deployment", "hooksvc-web")
+    alone = processes.sign_in_settings(
+        manifests.pod_environment(web, "manager", [*installed, ENV_SECRET], tmp_path / "none")
+    )
+    assert (alone["issuer"], alone["local_login"], alone["rules"]) == ("", True, [])
+    given = [*installed, ENV_SECRET, *SIGN_IN_OBJECTS]
+    env = manifests.pod_environment(web, "manager", given, tmp_path / "all")
+    assert processes.sign_in_settings(env) == {
+        "issuer": "https://dex.example.com",
+        "client_id": "hooksvc",
+        "client_secret": "from-the-secret",
+        "scopes": ["openid", "email", "profile", "groups"],
+        "groups_claim": "groups",
+        "ca_file": str(tmp_path / "all" / "oidc-ca" / "ca.crt"),
+        "local_login": True,
+        "rules": [["sre", ["operator", "releaser"], None]],
+    }
+    assert Path(env["HOOKSVC_OIDC_CA_FILE"]).read_text() == "PEM"
