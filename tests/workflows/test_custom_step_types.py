@@ -1,13 +1,15 @@
 """Custom step types: a module named in HOOKSVC_STEP_MODULES registers one with a decorator.
 
 apply_workflows then accepts it, fills its parameter defaults, rejects a bad parameter
-with the usual message, and the engine runs it like a built-in.
+with the usual message, and the engine runs it like a built-in. A thread that asks for a step
+type while another thread loads the modules waits for them.
 """
 
 from __future__ import annotations
 
 import io
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from tests.workflows import documents
+from tests.workflows import documents, steps_gate
 from workflows import errors
 from workflows.engine import attempts
 from workflows.models import WorkflowTemplate
@@ -23,6 +25,7 @@ from workflows.steps import registry
 
 pytestmark = pytest.mark.django_db
 MODULE = "tests.workflows.custom_steps"
+SLOW_MODULE = "tests.workflows.slow_steps"
 
 
 @pytest.fixture
@@ -104,3 +107,31 @@ def test_the_engine_runs_a_custom_step_type_like_a_built_in() -> None:
     failed = attempts.execute_once(context("#down", {}), {})
     assert isinstance(failed, errors.TemporaryError)
     assert failed.message == "chat is unavailable"
+
+
+@pytest.mark.usefixtures("fresh_registry")
+@override_settings(STEP_MODULES=[SLOW_MODULE])
+def test_a_thread_asking_while_another_loads_the_step_types_waits_for_all_of_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`make run`'s worker runs tasks in threads: after a start, two tasks asked the registry
+    at once, and the second, finding it half-filled, failed its run with "unknown step type
+    'wait'" (seen when the worker came back after its broker was killed)."""
+    monkeypatch.delitem(sys.modules, SLOW_MODULE, raising=False)
+    steps_gate.importing.clear()
+    steps_gate.release.clear()
+    loader = threading.Thread(target=registry.load_builtins)
+    loader.start()
+    try:
+        assert steps_gate.importing.wait(30), "the loader did not begin importing"
+        found: list[registry.StepType | None] = []
+        asker = threading.Thread(target=lambda: found.append(registry.find("slow_loaded")))
+        asker.start()
+        # Long enough for an asker that does not wait to have answered (None) by now.
+        asker.join(timeout=1)
+    finally:
+        steps_gate.release.set()
+        loader.join(30)
+    asker.join(30)
+    assert found and found[0] is not None, "the asker got a half-filled registry"
+    assert found[0].name == "slow_loaded"

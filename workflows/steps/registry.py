@@ -21,6 +21,7 @@ import dataclasses
 import datetime
 import hashlib
 import re
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -367,17 +368,29 @@ def validate(name: str, given: Mapping[str, Any], *, hook: str) -> dict[str, Any
 
 
 _loaded = False
+#: Held while the modules are imported: a worker's threads (`make run`'s pool) asking at once
+#: wait for the whole registry, where a half-filled one failed runs with "unknown step type".
+_load_lock = threading.RLock()
+#: Set while the loading thread imports (a module that asks again gets what is there so far).
+_loading = False
 
 
 def load_builtins() -> None:
     """Import the built-in step modules and those named in settings.HOOKSVC_STEP_MODULES."""
-    global _loaded
+    global _loaded, _loading
     if _loaded:
         return
-    _loaded = True
-    import importlib
+    with _load_lock:
+        if _loaded or _loading:
+            return
+        _loading = True
+        try:
+            import importlib
 
-    from django.conf import settings
+            from django.conf import settings
 
-    for module in ("workflows.steps.builtin", *getattr(settings, "STEP_MODULES", ())):
-        importlib.import_module(module)
+            for module in ("workflows.steps.builtin", *getattr(settings, "STEP_MODULES", ())):
+                importlib.import_module(module)
+        finally:
+            _loading = False
+        _loaded = True
