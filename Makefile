@@ -8,7 +8,7 @@ REQUIREMENTS_SUM := $(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(REQUIREMENTS_SUM)
 STAMP := $(VENV)/.installed-dev-$(REQUIREMENTS_SUM)
 
-.PHONY: run test lint typecheck pytest services bench bench-fleet-10000 chromium podman image clean soak crds clusterctl
+.PHONY: run test lint typecheck pytest services bench bench-fleet-10000 chromium podman image clean soak soak-run crds clusterctl
 
 $(RUN_STAMP): requirements/base.txt requirements/run.txt requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,13 @@ image:
 # The opt-in soak: a fleet of 200 clusters through its lifecycle under random faults.
 soak: $(STAMP) services
 	HOOKSVC_SOAK=1 $(PY) -m pytest tests/soak -s $(PYTEST_ARGS)
+
+# The opt-in soak of `make run` itself (tests/soak/make_run_soak.py): its stack, default broker,
+# under fleets of 120 clusters for 30 minutes (SOAK_RUN_MINUTES, SOAK_RUN_CLUSTERS); reports
+# crashes, restarts and errors, and writes docs/soak-run.md (SOAK_RUN_OUTPUT; empty: none).
+SOAK_RUN_OUTPUT ?= docs/soak-run.md
+soak-run: $(STAMP)
+	SOAK_RUN_OUTPUT=$(SOAK_RUN_OUTPUT) $(PY) -m tests.soak.make_run_soak
 
 # Regenerates k8s/base/crds from the definitions and the built-in step types (a test compares),
 # and clusterctl/, whose components carry them.
@@ -103,5 +110,7 @@ podman:
 		fi; \
 	fi
 
+# As root, `make run` may have put its PostgreSQL outside var/ (hooksvc/devdb.py, ROOT_HOMES).
 clean:
+	@if [ -L var/postgres ]; then rm -rf "$$(readlink -f var/postgres)"; fi
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache

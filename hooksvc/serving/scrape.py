@@ -151,6 +151,9 @@ class QueueCollector(Collector):
     """hooksvc_celery_queue_depth: wake-ups waiting in Redis for a worker (absent otherwise)."""
 
     def __init__(self, broker_url: str, queue: str = CELERY_QUEUE) -> None:
+        # kombu's Redis on a Unix socket (`make run`'s local broker) is redis-py's unix://.
+        if broker_url.startswith("redis+socket://"):
+            broker_url = "unix://" + broker_url.removeprefix("redis+socket://")
         self.broker_url = broker_url
         self.queue = queue
 
