@@ -2,16 +2,17 @@
 
 Covers: the local server starts in a fresh data directory and Django's entry connects to it
 over its Unix socket (trust, no TCP, no password); a second start keeps the data; a stop
-leaves no server; a directory in use, one of another major version, and (as root) one that
-`nobody` cannot enter are refused with what to do; a path too long for a Unix socket moves the
-socket; DATABASE_URL takes only postgres://; production wants it, development without it uses
-the local server.
+leaves no server; a directory in use, and one of another major version, are refused with what
+to do; as root, a checkout `nobody` cannot enter gets its server under /var/lib/hooksvc; a path
+too long for a Unix socket moves the socket; DATABASE_URL takes only postgres://; production
+wants it, development without it uses the local server.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import subprocess
 import sys
 import tempfile
@@ -97,10 +98,47 @@ def test_a_data_dir_of_another_major_version_is_refused_with_what_to_do(data_dir
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root runs PostgreSQL as another user")
-def test_as_root_a_directory_nobody_can_enter_is_refused_with_what_to_do(tmp_path: Path) -> None:
+def test_as_root_a_checkout_nobody_can_enter_gets_its_server_under_var_lib(
+    tmp_path: Path,
+) -> None:
+    """A clone in root's home (mode 700): `nobody`, who runs the server, cannot enter it, so the
+    server's home is made under /var/lib/hooksvc and var/postgres links to it; the socket's
+    directory stays `nobody`'s alone, and Django reaches it through the link."""
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o700)
-    with pytest.raises(devdb.Error, match=r"runs it as 'nobody', who cannot enter"):
+    data_dir = locked / "var"
+    outside = devdb.outside_home(data_dir)
+    try:
+        with devdb.Server(data_dir) as server:
+            assert server.created and server.moved_to == outside
+            assert devdb.home(data_dir).is_symlink()
+            assert devdb.home(data_dir).resolve() == outside
+            run = outside / "run"
+            assert (run.stat().st_mode & 0o777) == 0o700
+            assert run.stat().st_uid == pwd.getpwnam(devdb.ROOT_STAND_IN).pw_uid
+            with _connect_as_django(data_dir) as conn:
+                conn.execute("CREATE TABLE kept (note text)")
+                conn.execute("INSERT INTO kept VALUES ('through the link')")
+        with devdb.Server(data_dir) as again:
+            assert not again.created
+            with _connect_as_django(data_dir) as conn:
+                assert conn.execute("SELECT note FROM kept").fetchall() == [("through the link",)]
+    finally:
+        pid_file = outside / "data" / "postmaster.pid"
+        if pid_file.exists():  # a failed test's server
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text().split()[0]), 9)
+        subprocess.run(["rm", "-rf", str(outside)], check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs PostgreSQL as another user")
+def test_as_root_data_left_where_nobody_cannot_enter_is_refused_with_what_to_do(
+    tmp_path: Path,
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o700)
+    (locked / "var" / "postgres" / "data").mkdir(parents=True)
+    with pytest.raises(devdb.Error, match=r"who cannot enter .*: move that directory to"):
         devdb.Server(locked / "var").start()
 
 
