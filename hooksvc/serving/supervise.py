@@ -153,7 +153,12 @@ class Supervisor:
                 continue
             code = child.process.poll()
             if code is not None:
-                self._died(child, f"(PID {child.process.pid}) {how_it_ended(code)}")
+                pid = child.process.pid
+                # What it left in its process group (gunicorn's workers still hold the port)
+                # goes with it, before it starts again.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                self._died(child, f"(PID {pid}) {how_it_ended(code)}")
 
     def _died(self, child: Child, what: str) -> None:
         now = self.clock()
