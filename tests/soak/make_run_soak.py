@@ -228,26 +228,27 @@ def operate(stop: threading.Event, tally: Tally) -> None:
 
 def drive(port: int, tally: Tally, until: float) -> None:
     ca = DATA_DIR / "tls" / "ca.crt"
-    with capi_client.HTTPSTransport("localhost", port, ca) as transport:
-        controller = capi_client.Controller(transport, observe=tally.observe)
-        while time.time() < until:
-            fleet = tally.fleets
-            clusters = [
-                capi_client.Cluster(
-                    name=f"soak-{fleet}-{i}",
-                    namespace="soak",
-                    uid=f"soak-{fleet}-{i}-{os.getpid()}",
-                    steps=capi_client.lifecycle(),
-                )
-                for i in range(CLUSTERS)
-            ]
-            with Flaky.lock:
-                Flaky.broken.update(c.name for c in clusters[::FAILING_EVERY])
+    while time.time() < until:
+        fleet = tally.fleets
+        clusters = [
+            capi_client.Cluster(
+                name=f"soak-{fleet}-{i}",
+                namespace="soak",
+                uid=f"soak-{fleet}-{i}-{os.getpid()}",
+                steps=capi_client.lifecycle(),
+            )
+            for i in range(CLUSTERS)
+        ]
+        with Flaky.lock:
+            Flaky.broken.update(c.name for c in clusters[::FAILING_EVERY])
+        # A transport per fleet: its connections (one per calling thread) close with it.
+        with capi_client.HTTPSTransport("localhost", port, ca) as transport:
+            controller = capi_client.Controller(transport, observe=tally.observe)
             capi_client.drive(controller, clusters, timeout=max(60.0, until - time.time() + 900))
-            with tally.lock:
-                tally.fleets += 1
-                tally.lifecycles += sum(c.done for c in clusters)
-                tally.unfinished += sum(not c.done for c in clusters)
+        with tally.lock:
+            tally.fleets += 1
+            tally.lifecycles += sum(c.done for c in clusters)
+            tally.unfinished += sum(not c.done for c in clusters)
 
 
 #: What `make run`'s terminal says when something went wrong.
