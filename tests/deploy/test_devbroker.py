@@ -162,3 +162,20 @@ def test_settings_ignore_the_record_of_a_make_run_that_is_gone(tmp_path: Path) -
     # Without any record, the local servers of the data directory alike.
     devrun.path(tmp_path).unlink()
     assert _settings(tmp_path) == [broker_url, database]
+
+
+def test_the_queue_depth_metric_counts_the_local_brokers_queue(
+    broker: devbroker.Server, tmp_path: Path
+) -> None:
+    """hooksvc_celery_queue_depth reads Redis with redis-py, whose name for a Unix socket is
+    unix://, not kombu's redis+socket://."""
+    from hooksvc.serving import scrape
+
+    url = devbroker.url(tmp_path / "var")
+    with Connection(url) as conn:
+        queue = conn.SimpleQueue("wake")
+        queue.put({"run": 1})
+        queue.put({"run": 2})
+        families = list(scrape.QueueCollector(url, queue="wake").collect())
+        queue.close()
+    assert [(f.name, f.samples[0].value) for f in families] == [("hooksvc_celery_queue_depth", 2.0)]
