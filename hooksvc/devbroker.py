@@ -105,7 +105,7 @@ class Server:
     def pid(self) -> int:
         return self.process.pid if self.process is not None else 0
 
-    def start(self, timeout: float = 30) -> None:
+    def start(self, timeout: float = 30) -> subprocess.Popen[bytes]:
         """Start the server on the data directory's append-only file (made if new)."""
         owner = self._running_owner()
         if owner:
@@ -115,7 +115,7 @@ class Server:
             directory.chmod(0o700)
         with self.log_path.open("ab") as log:
             # bandit B603: a fixed argument list, no shell.
-            self.process = subprocess.Popen(  # noqa: S603  # nosec B603
+            process = subprocess.Popen(  # noqa: S603  # nosec B603
                 [str(binary()), *self._arguments()],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -123,7 +123,9 @@ class Server:
                 # processes that use it.
                 start_new_session=True,
             )
+        self.process = process
         self._wait_ready(timeout)
+        return process
 
     def _arguments(self) -> list[str]:
         return [

@@ -220,9 +220,7 @@ def _broker_child(broker: devbroker.Server, holding: str) -> supervise.Child:
     """The local broker as a child: started by main, started again here when it dies."""
 
     def start() -> supervise.Process:
-        broker.start()
-        assert broker.process is not None  # noqa: S101  # start() raised otherwise
-        return broker.process
+        return broker.start()
 
     def terminate(process: supervise.Process) -> None:
         broker.stop(timeout=BROKER_STOP_SECONDS)

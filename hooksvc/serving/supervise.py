@@ -94,8 +94,8 @@ def popen_child(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        assert process.stdout is not None  # noqa: S101  # stdout=PIPE
-        terminal.Relay(process.stdout, log_path, sys.stdout).start()
+        if process.stdout is not None:  # it is: stdout=PIPE
+            terminal.Relay(process.stdout, log_path, sys.stdout).start()
         return process
 
     def terminate(process: Process) -> None:
