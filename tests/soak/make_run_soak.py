@@ -286,6 +286,9 @@ def report(
         f" refused: {len(tally.operator_errors)} {tally.operator_errors[:3] or ''}".rstrip(),
         "- `make run`: " + ", ".join(f"{name} {n}" for name, n in seen.items()) + ".",
         f"- `make run` stopped {stop_seconds:.1f} s after SIGTERM, exit status {code}.",
+        "- The machine's load average at the end: "
+        + ", ".join(f"{n:.1f}" for n in os.getloadavg())
+        + " (1, 5, 15 minutes).",
     ]
     return lines
 
