@@ -198,9 +198,9 @@ def reachable_binaries(bin_dir: Path, owner: pwd.struct_passwd) -> Path:
 
 
 def _digest(binary: Path) -> str:
-    """Names a copy after what it copies: the binary's path, size and time."""
-    facts = f"{binary}:{binary.stat().st_size}:{binary.stat().st_mtime_ns}"
-    return hashlib.sha256(facts.encode()).hexdigest()[:12]
+    """Names a copy after what it copies, the binary's content: checkouts (and test runs)
+    with the same wheel share one copy, and another build gets its own."""
+    return hashlib.sha256(binary.read_bytes()).hexdigest()[:12]
 
 
 class Server:
