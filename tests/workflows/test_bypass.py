@@ -303,6 +303,8 @@ OK = ("--hook", HOOK, "--for", "1h", "--reason", "drill")
         ((*OK[:4], "--reason", "   "), "a bypass needs a reason"),
         ((*OK[:4], "--reason", "x" * 201), "reason: at most 200 characters"),
         ((*OK[:4], "--reason", "two\nlines"), "reason: one line, without control characters"),
+        ((*OK[:4], "--reason", "<why>"), "the reason '<why>' is a hint's placeholder"),
+        (("--end", "1", "--reason", "<why>"), "the reason '<why>' is a hint's placeholder"),
         ((*OK, "--actor", " "), "a bypass needs the operator's name"),
         (OK[:4], "a bypass needs --reason (or use --list, or --end ID to end one)"),
         ((), "a bypass needs --hook, --for, --reason"),

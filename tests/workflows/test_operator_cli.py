@@ -169,8 +169,22 @@ def test_retry_of_a_step_that_did_not_fail_exits_with_the_actions_message() -> N
     run = make_run(steps=(("snapshot", "noop", S.SUCCEEDED),))
     with pytest.raises(CommandError) as caught:
         cli("retry", str(run.pk), "--step", "snapshot", "--reason", "again")
-    assert str(caught.value) == f"run {run.pk}: step 'snapshot' is not failed or cancelled"
+    assert str(caught.value) == (
+        f"run {run.pk}: step 'snapshot' is in state succeeded; only a failed or cancelled step "
+        "can be retried"
+    )
     assert caught.value.returncode == 1
+    assert not RunEvent.objects.filter(run=run).exists()
+
+
+def test_retry_of_a_run_with_nothing_failed_says_so_in_a_sentence() -> None:
+    run = make_run(steps=(("backup", "noop", S.SUCCEEDED), ("approve", "approval", S.WAITING)))
+    with pytest.raises(CommandError) as caught:
+        cli("retry", str(run.pk), "--reason", "again")
+    assert str(caught.value) == (
+        f"run {run.pk} has no failed or cancelled step to retry: the run is running, its steps "
+        "are backup succeeded, approve waiting"
+    )
     assert not RunEvent.objects.filter(run=run).exists()
 
 

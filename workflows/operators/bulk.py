@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from workflows.models import Run, StepRun
-from workflows.operators import access, actions, states
+from workflows.operators import access, actions, reasons, states
 
 #: The bulk actions, with the words the admin shows for them.
 ACTIONS = {
@@ -88,6 +88,9 @@ def perform(
     who = access.actor_of(actor)
     if not who.name.strip() or not reason.strip():
         raise actions.ActionError("a bulk action needs the operator's name and a reason")
+    wrong = reasons.problem(reason)
+    if wrong:
+        raise actions.ActionError(wrong)
     ids = list(dict.fromkeys(run_ids))
     if len(ids) > LIMIT:
         raise actions.ActionError(f"{len(ids)} runs chosen; at most {LIMIT} at once")

@@ -25,7 +25,7 @@ from workflows.engine import clock
 from workflows.hookpath import bypass as hook_bypass
 from workflows.hookpath import labelselector
 from workflows.models import Bypass
-from workflows.operators import access
+from workflows.operators import access, reasons
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,9 @@ def _check_reason(reason: str) -> None:
     # one short line.
     if not reason.strip():
         raise BypassError("a bypass needs a reason")
+    wrong = reasons.problem(reason)
+    if wrong:
+        raise BypassError(wrong)
     if len(reason) > _REASON_LENGTH:
         raise BypassError(f"reason: at most {_REASON_LENGTH} characters (it is in every answer)")
     if any(ord(c) < 32 or ord(c) == 127 for c in reason):

@@ -19,7 +19,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from workflows.operators import access, durations, identities, redaction
+from workflows.operators import access, durations, identities, reasons, redaction
 
 STATE_COLOURS = {
     "pending": "#6c757d",
@@ -79,6 +79,13 @@ def badge(state: str, label: str | None = None) -> str:
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(max_length=500, widget=forms.TextInput(attrs={"size": 60}))
+
+    def clean_reason(self) -> str:
+        reason = str(self.cleaned_data["reason"])
+        wrong = reasons.problem(reason)
+        if wrong:
+            raise forms.ValidationError(wrong)
+        return reason
 
 
 def actor(request: HttpRequest) -> access.Actor:
