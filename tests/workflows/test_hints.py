@@ -49,6 +49,7 @@ from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
 from tests.support.worker import Worker
 from tests.workflows.conftest import Receiver
+from tests.workflows.runs import make_run
 from tests.workflows.test_worker import call_hook, poll_until, proceeds
 from workflows.definitions import spec
 from workflows.engine import messages
@@ -168,6 +169,27 @@ def test_a_cancelled_runs_hints_retry_it_and_release_it(
     assert (run.state, run.released) == (Run.State.CANCELLED, True)
 
 
+def test_a_hint_pasted_with_its_placeholder_is_refused_and_records_nothing() -> None:
+    """Run as printed without replacing `<why>`: exit 1, the message says the placeholder is
+    not a reason (workflows.operators.reasons), and the run is as it was."""
+    run = make_run(state=Run.State.FAILED, steps=(("call", "http", "failed"),))
+    message = messages.run_failed_at_step(run.pk, run.template_name, "call", "HTTP 503")
+    (retry,) = suggested(message)
+    done = subprocess.run(  # nosec B603: the command under test
+        shlex.split(retry),
+        cwd=servers.ROOT,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "the reason '<why>' is a hint's placeholder, not a reason" in done.stderr
+    assert not RunEvent.objects.filter(run=run).exists()
+    run.refresh_from_db()
+    assert run.state == Run.State.FAILED
+
+
 def test_waiting_for_a_failed_workflow_names_its_run_and_release_lets_both_go(
     hook_server: servers.HookServer, worker: Worker, receiver: Receiver
 ) -> None:
@@ -184,8 +206,9 @@ def test_waiting_for_a_failed_workflow_names_its_run_and_release_lets_both_go(
     assert first.state == Run.State.FAILED
 
     def waiting() -> bool:
+        # Not "to finish" (written while the first ran): the engine has seen it fail.
         second.refresh_from_db()
-        return "is waiting for workflow first" in second.message
+        return "is waiting for workflow first (run" in second.message
 
     poll_until(hook_server, lambda _: waiting())
     assert second.message.startswith(

@@ -46,6 +46,7 @@ _M = TypeVar("_M", Run, StepRun)
 
 #: How often a run waiting for a concurrency slot or for another workflow looks again.
 START_RECHECK_SECONDS = 5
+START_RECHECK = datetime.timedelta(seconds=START_RECHECK_SECONDS)
 
 
 def advance(run_id: int, results: Sequence[attempts.Result] = ()) -> None:
@@ -117,13 +118,19 @@ def _schedule(run_id: int, results: Sequence[attempts.Result]) -> list[attempts.
             return []
         now = clock.now()
         if run.state == Run.State.PENDING:
-            blocker = _start_blocker(run)
+            blocker, until_changed = _start_blocker(run)
             if blocker:
-                if blocker != run.message or not run.wake_at or run.wake_at <= now:
-                    Run.objects.filter(pk=run.pk).update(
-                        message=blocker,
-                        wake_at=now + datetime.timedelta(seconds=START_RECHECK_SECONDS),
-                    )
+                # A failed or cancelled workflow it waits for changes only when an operator
+                # acts on it, which wakes this run (workflows.operators.actions): no wake-up
+                # meanwhile, so that an idle server stays idle.
+                wake = None if until_changed else now + START_RECHECK
+                stale = (
+                    run.wake_at is not None
+                    if wake is None
+                    else not run.wake_at or run.wake_at <= now
+                )
+                if blocker != run.message or stale:
+                    Run.objects.filter(pk=run.pk).update(message=blocker, wake_at=wake)
                 return []
             steps = _run_start(run, now)
         passed = run.deadline_at and now >= run.deadline_at and not run.deadline_exceeded
@@ -260,14 +267,15 @@ def _inline(type_name: str) -> bool:
     return step_type is not None and step_type.inline
 
 
-def _start_blocker(run: Run) -> str:
-    """Why `run` cannot start yet ("" if it can): another workflow, or the concurrency budget."""
+def _start_blocker(run: Run) -> tuple[str, bool]:
+    """Why `run` cannot start yet ("" if it can): another workflow, or the concurrency budget;
+    and whether only a change of that workflow (an operator's action) can lift it."""
     spec = typed.of(run.spec)
     name = run.template_name
     for other in spec.wait_for:
         runs = Run.objects.filter(cluster_key=run.cluster_key, template_name=other)
         if runs.filter(state__in=Run.ACTIVE).exists():
-            return messages.waiting_for_workflow(name, other)
+            return messages.waiting_for_workflow(name, other), False
         # A run that holds the lifecycle keeps the order even past a failure: removing an
         # add-on while what depends on it failed to go would break the dependent. A run
         # that holds nothing (best effort) goes on. Only the latest run counts, so an old
@@ -279,14 +287,14 @@ def _start_blocker(run: Run) -> str:
             and latest[1] in (Run.State.FAILED, Run.State.CANCELLED)
             and not latest[2]
         ):
-            return messages.waiting_for_failed_workflow(name, other, latest[0], latest[1])
+            return messages.waiting_for_failed_workflow(name, other, latest[0], latest[1]), True
     limit = spec.concurrency
     if limit:
         _lock_budget(name)
         running = Run.objects.filter(template_name=name, state=Run.State.RUNNING).count()
         if running >= limit:
-            return messages.waiting_for_slot(name, limit)
-    return ""
+            return messages.waiting_for_slot(name, limit), False
+    return "", False
 
 
 def _lock_budget(template_name: str) -> None:
@@ -443,4 +451,8 @@ def _wake_waiters(run: Run) -> None:
     waiting += Run.objects.filter(state=Run.State.PENDING, cluster_key=run.cluster_key).values_list(
         "pk", flat=True
     )[:10]
+    if waiting:
+        # One that waited for a failed workflow has no wake-up of its own (see _schedule):
+        # due now, the reconciler sends it if this message is lost.
+        Run.objects.filter(pk__in=waiting, wake_at__isnull=True).update(wake_at=clock.now())
     dispatch.advance(sorted(set(waiting)))

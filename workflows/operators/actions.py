@@ -20,7 +20,7 @@ from django.db.models import Q, QuerySet
 from workflows.definitions import typed
 from workflows.engine import cleanups, clock, dispatch, messages, observe, transitions
 from workflows.models import Run, RunEvent, StepRun
-from workflows.operators import access
+from workflows.operators import access, reasons
 from workflows.steps import memo as memo_keys
 from workflows.steps import registry
 
@@ -67,6 +67,25 @@ def _due_now(run: Run) -> None:
     Run.objects.filter(pk=run.pk).update(wake_at=clock.now())
 
 
+def _wake_waiting(run: Run) -> None:
+    """The cluster's runs waiting to start may wait for this one (waitFor): once it is
+    retried, skipped past or released they look again, at once. One that waits for a failed
+    run has no wake-up of its own meanwhile (workflows.engine.scheduling); due now, the
+    reconciler sends it if this message is lost."""
+    waiting = list(
+        Run.objects.filter(cluster_key=run.cluster_key, state=Run.State.PENDING)
+        .exclude(pk=run.pk)
+        .values_list("pk", flat=True)[:WAKE_LIMIT]
+    )
+    if waiting:
+        Run.objects.filter(pk__in=waiting).update(wake_at=clock.now())
+        dispatch.advance(waiting)
+
+
+#: At most this many waiting runs of a cluster are woken by an action (a cluster has a few).
+WAKE_LIMIT = 50
+
+
 def _record(
     run: Run, action: str, *, actor: access.Actor, reason: str, step_name: str = ""
 ) -> None:
@@ -101,6 +120,9 @@ def _require_actor(actor: str | access.Actor, reason: str) -> access.Actor:
         raise ActionError("an action needs the operator's name")
     if not reason.strip():
         raise ActionError("an action needs a reason")
+    wrong = reasons.problem(reason)
+    if wrong:
+        raise ActionError(wrong)
     return found
 
 
@@ -136,8 +158,7 @@ def run_retry(*, run_id: int, actor: str | access.Actor, reason: str, step_name:
             else _lock_steps(run.steps.filter(state__in=retryable))
         )
         if not steps or any(s.state not in retryable for s in steps):
-            what = f"step {step_name!r}" if step_name else "any step"
-            raise ActionError(f"run {run.pk}: {what} is not failed or cancelled")
+            raise ActionError(_nothing_to_retry(run, step_name))
         for step in steps:
             # A new generation: what the step creates gets new names, so the failed
             # attempt's objects are not mistaken for the retry's.
@@ -166,7 +187,25 @@ def run_retry(*, run_id: int, actor: str | access.Actor, reason: str, step_name:
         _record(run, "retry", actor=who, reason=reason, step_name=step_name)
         _due_now(run)
         dispatch.advance([run.pk])
+        _wake_waiting(run)
     return run
+
+
+def _nothing_to_retry(run: Run, step_name: str) -> str:
+    """Why a retry does not apply: the step's state, or every step's when none was named."""
+    if step_name:
+        state = run.steps.filter(name=step_name).values_list("state", flat=True).first()
+        return (
+            f"run {run.pk}: step {step_name!r} is in state {state}; only a failed or "
+            "cancelled step can be retried"
+        )
+    found = ", ".join(
+        f"{name} {state}"
+        for name, state in run.steps.order_by("position").values_list("name", "state")
+    )
+    return f"run {run.pk} has no failed or cancelled step to retry: the run is {run.state}, " + (
+        f"its steps are {found}" if found else "it has no steps yet"
+    )
 
 
 def run_cancel(*, run_id: int, actor: str | access.Actor, reason: str) -> Run:
@@ -239,6 +278,7 @@ def step_skip(*, run_id: int, step_name: str, actor: str | access.Actor, reason:
         _record(run, "skip", actor=who, reason=reason, step_name=step_name)
         _due_now(run)
         dispatch.advance([run.pk])
+        _wake_waiting(run)
     return run
 
 
@@ -252,4 +292,5 @@ def run_release(*, run_id: int, actor: str | access.Actor, reason: str) -> Run:
         Run.objects.filter(pk=run.pk).update(released=True)
         run.released = True
         _record(run, "release", actor=who, reason=reason)
+        _wake_waiting(run)
     return run
