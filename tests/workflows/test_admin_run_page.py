@@ -84,6 +84,49 @@ def test_each_step_shows_start_duration_attempts_last_error_and_next_retry(
     )
 
 
+def test_steps_a_person_or_a_timer_ends_count_no_attempts_until_one_fails(
+    admin_client: Client,
+) -> None:
+    """An approval and a wait make no attempts worth counting ("Attempts 1 of 4" read as a
+    retry budget they do not have); an I/O step shows its count from the first attempt."""
+    run = make_run(
+        steps=(
+            ("settle", "wait", "waiting"),
+            ("approve", "approval", "waiting"),
+            ("call", "http", "waiting"),
+            ("pause", "wait", "ready"),
+        )
+    )
+    StepRun.objects.filter(run=run, name="pause").update(failures=1, message="boom")
+    page = page_of(admin_client, run)
+
+    def attempts(step: str) -> str:
+        row = page[page.index(f'data-step="{step}"') :].split("</tr>")[0]
+        return row.split('<td class="hk-nowrap">')[4].split("</td>")[0]
+
+    assert [attempts(s) for s in ("settle", "approve", "call", "pause")] == [
+        "-",
+        "-",
+        "1 of 4",
+        "1 of 4",
+    ]
+
+
+def test_a_failed_run_still_holds_and_its_page_says_for_how_long_since_when(
+    admin_client: Client,
+) -> None:
+    """Under onFailure: Block a failed run keeps holding its hook: "held for" runs on until
+    now, not until it failed (the page said "0s" while the fleet said minutes)."""
+    run = make_run(state="failed", steps=(("backup", "backup_pvs", "failed"),))
+    created = timezone.now() - datetime.timedelta(minutes=47)
+    Run.objects.filter(pk=run.pk).update(created_at=created, finished_at=created)
+    held = page_of(admin_client, run).split('id="run-held">')[1].split("</dd>")[0]
+    assert held == (
+        f'47 min <span class="hk-quiet">since {timezone.localtime(created):%Y-%m-%d %H:%M:%S} '
+        "UTC</span>"
+    )
+
+
 def test_the_approval_text_and_the_error_retried_are_on_the_confirm_pages(
     admin_client: Client,
 ) -> None:

@@ -48,8 +48,8 @@ def test_a_run_waiting_for_approval_shows_its_question_and_approve_and_release()
         "released" in text
     )
     assert (
-        f"run {run.pk} (backup-before-upgrade): waiting for approval, holding since "
-        f"{run.created_at.isoformat(timespec='seconds')} (12 min)" in text
+        f"run {run.pk} (backup-before-upgrade): waiting for approval, held for 12 min, since "
+        f"{run.created_at.strftime('%Y-%m-%d %H:%M:%S')} UTC" in text
     )
     assert "at step approve (approval, waiting)" in text
     assert "why: Is CAB-4711 approved?" in text
@@ -66,7 +66,7 @@ def test_a_failed_or_cancelled_run_shows_the_error_and_retry_and_release(state: 
     run = make_run(state=state, steps=(("snapshot", "backup_pvs", step_state),))
     run.steps.update(message="VolumeSnapshot fleet/data: not ready after 600 s")
     text = why()
-    assert f"run {run.pk} (backup-before-upgrade): {state}, holding since" in text
+    assert f"run {run.pk} (backup-before-upgrade): {state}, held for 0 s, since" in text
     assert f"at step snapshot (backup_pvs, {step_state})" in text
     if state == Run.State.FAILED:
         assert "why: VolumeSnapshot fleet/data: not ready after 600 s" in text
@@ -79,7 +79,7 @@ def test_a_failed_or_cancelled_run_shows_the_error_and_retry_and_release(state: 
 def test_a_running_or_pending_run_can_be_released(state: str) -> None:
     run = make_run(state=state, steps=(("snapshot", "wait", S.WAITING),))
     text = why()
-    assert f"run {run.pk} (backup-before-upgrade): {state}, holding since" in text
+    assert f"run {run.pk} (backup-before-upgrade): {state}, held for 0 s, since" in text
     ways = text[text.index("ways out:") :].splitlines()[1:]
     assert [w.strip() for w in ways] == [
         f'release it:  {CLI} workflows release {run.pk} --reason "<why>"'
@@ -126,9 +126,65 @@ def test_a_deletion_held_by_before_cluster_delete_offers_capis_ok_to_delete() ->
     assert "CAPI calls BeforeClusterDelete no more and deletes it" in text
 
 
-def test_a_run_of_a_hook_capi_does_not_wait_for_says_so() -> None:
-    make_run(template="notify", hook="AfterControlPlaneInitialized", moment="", state="failed")
-    assert "AfterControlPlaneInitialized: 1 run; CAPI does not wait for this hook" in why()
+def test_runs_that_hold_nothing_are_listed_apart_with_why_not() -> None:
+    """A hook CAPI does not wait for, `holdsLifecycle: false`, a deadline passed under
+    `onDeadline: Proceed`: the same rule as the hook's answer (workflows.operators.holding)."""
+    held = make_run(template="gate")
+    notify = make_run(
+        template="notify", hook="AfterControlPlaneInitialized", moment="", state="failed"
+    )
+    quiet = make_run(template="quiet", moment="v1.34.0")
+    Run.objects.filter(pk=quiet.pk).update(spec={**quiet.spec, "holdsLifecycle": False})
+    late = make_run(template="late", moment="v1.35.0")
+    Run.objects.filter(pk=late.pk).update(
+        spec={**late.spec, "onDeadline": "Proceed"},
+        deadline_at=timezone.now() - datetime.timedelta(minutes=1),
+    )
+    text = why()
+    assert text.splitlines()[0] == "cluster prod/c1: held by 1 run"
+    assert f"run {held.pk} (gate): running, held for" in text
+    apart = text[text.index("3 runs of the cluster that hold nothing:") :].splitlines()[1:]
+    assert apart == [
+        f"  run {notify.pk} (notify, AfterControlPlaneInitialized): failed; CAPI does not wait "
+        "for AfterControlPlaneInitialized",
+        f"  run {quiet.pk} (quiet, BeforeClusterUpgrade v1.34.0): running; holdsLifecycle: false "
+        "(it runs in the background)",
+        f"  run {late.pk} (late, BeforeClusterUpgrade v1.35.0): running; proceeded past its "
+        "deadline",
+    ]
+
+
+def test_a_step_that_keeps_retrying_says_its_last_error_and_attempt_count() -> None:
+    run = make_run(steps=(("addons", "addon_install", S.READY),))
+    due = timezone.now() + datetime.timedelta(seconds=40)
+    run.steps.update(failures=2, retries=5, message="helm: context deadline exceeded", due_at=due)
+    Run.objects.filter(pk=run.pk).update(
+        message="workflow backup-before-upgrade is running step addons"
+    )
+    text = why()
+    assert (
+        "why: retrying step addons: attempt 2 of 6 failed: helm: context deadline exceeded; "
+        f"next attempt at {due.strftime('%Y-%m-%d %H:%M:%S')} UTC" in text
+    )
+    assert "message: workflow backup-before-upgrade is running step addons" in text
+
+
+def test_a_run_behind_a_failed_workflow_names_it_and_the_ways_to_move_it() -> None:
+    first = make_run(template="install-cni", state=Run.State.FAILED)
+    second = make_run(template="install-addons", state=Run.State.PENDING)
+    Run.objects.filter(pk=second.pk).update(
+        spec={**second.spec, "waitFor": ["install-cni"]},
+        message=f"workflow install-addons is waiting for workflow install-cni (run {first.pk}), "
+        "which failed",
+    )
+    text = why()
+    block = text[text.index(f"run {second.pk} (install-addons)") :]
+    ways = [w.strip() for w in block[block.index("ways out:") :].splitlines()[1:4]]
+    assert ways == [
+        f'retry what it waits for:    {CLI} workflows retry {first.pk} --reason "<why>"',
+        f'release what it waits for:  {CLI} workflows release {first.pk} --reason "<why>"',
+        f'release it:  {CLI} workflows release {second.pk} --reason "<why>"',
+    ]
 
 
 def test_released_and_succeeded_runs_hold_nothing() -> None:

@@ -170,6 +170,11 @@ def test_the_sql_filter_holds_exactly_the_runs_whose_answer_holds(
     held = set(Run.objects.filter(holding.holds(t)).values_list("pk", flat=True))
     table = [(CASES[i], expected[r.pk], r.pk in held) for i, r in enumerate(runs)]
     assert all(want == got for _, want, got in table), [c for c in table if c[1] != c[2]]
+    # "held for" (run page, cluster page, fleet, `workflows why`) runs on for the same runs.
+    still = {r.pk for r in runs if (h := holding.held(r, t)) is not None and h.holding}
+    assert still == held, [
+        CASES[i] for i, r in enumerate(runs) if (r.pk in still) != (r.pk in held)
+    ]
     if hook == UPGRADE:
         assert 0 < len(held) < len(runs), "the table has runs on both sides"
     else:

@@ -75,10 +75,42 @@ def test_preview_lists_matching_templates_and_their_steps_and_writes_nothing(
         "workflowtemplate/backup-before-upgrade matches: would start a run",
         "  1. snapshot (wait)",
         "  2. approve (approval)  dependsOn: snapshot",
-        "workflowtemplate/staging-only does not match",
-        "workflowtemplate/strict-gate does not match",
+        "workflowtemplate/staging-only does not match:",
+        "  clusterSelector.namespaces is staging; the cluster is in fleet",
+        "workflowtemplate/strict-gate does not match:",
+        "  settings wants profile=strict; the call carries no profile",
     ]
     assert not Run.objects.exists()
+
+
+def test_preview_says_which_selector_or_setting_keeps_a_template_out(tmp_path: Path) -> None:
+    """Each of clusterSelector's parts and each setting, as the hook path matches them
+    (workflows.hookpath.selection): the template's value and the cluster's or call's."""
+    wf.template(
+        "picky",
+        clusterSelector={
+            "namespaces": ["prod", "edge"],
+            "matchLabels": {"env": "prod", "tier": "gold"},
+            "clusterClass": "quick-start",
+        },
+        settings={"profile": "strict", "region": "eu"},
+    )
+    cluster = capi.cluster_v1beta2(labels={"env": "staging"}, cluster_class="dev-class")
+    path = cluster_file(tmp_path, cluster)
+    args = ("--hook", "BeforeClusterUpgrade", "--cluster", path, "--to", "v1.33.0")
+    text = preview(*args, "--setting", "region=us")
+    assert text.splitlines()[1:] == [
+        "workflowtemplate/picky does not match:",
+        "  clusterSelector.namespaces is prod, edge; the cluster is in fleet",
+        "  clusterSelector.matchLabels wants env=prod; the cluster has env=staging",
+        "  clusterSelector.matchLabels wants tier=gold; the cluster has no label tier",
+        "  clusterSelector.clusterClass is quick-start; the cluster is of class dev-class",
+        "  settings wants profile=strict; the call carries no profile",
+        "  settings wants region=eu; the call carries region=us",
+        "no template matches: the hook would answer Success at once",
+    ]
+    result = json.loads(preview(*args, "--setting", "region=us", "-o", "json"))
+    assert len(result["templates"][0]["mismatches"]) == 6
 
 
 @pytest.mark.usefixtures("templates")
@@ -129,6 +161,24 @@ def test_an_existing_run_for_the_moment_is_shown_instead_of_a_new_one(tmp_path: 
     text = preview("--hook", "BeforeClusterUpgrade", "--cluster", path, "--to", "v1.33.0")
     assert f"backup-before-upgrade matches: answers from run {run.pk} (running)" in text
     assert Run.objects.count() == 1
+
+
+@pytest.mark.usefixtures("templates")
+def test_an_existing_run_waiting_for_approval_is_shown_as_such(tmp_path: Path) -> None:
+    run = make_run(
+        template="backup-before-upgrade",
+        cluster="fleet/prod-eu-1",
+        steps=(("snapshot", "wait", "succeeded"), ("approve", "approval", "waiting")),
+    )
+    Run.objects.filter(pk=run.pk).update(cluster_key=capi.cluster_v1beta2()["metadata"]["uid"])
+    path = cluster_file(tmp_path, capi.cluster_v1beta2())
+    args = ("--hook", "BeforeClusterUpgrade", "--cluster", path, "--to", "v1.33.0")
+    text = preview(*args)
+    assert (
+        f"backup-before-upgrade matches: answers from run {run.pk} (waiting for approval)" in text
+    )
+    found = json.loads(preview(*args, "-o", "json"))["templates"][0]["existingRun"]
+    assert found == {"id": run.pk, "state": "running", "displayState": "awaiting_approval"}
 
 
 @pytest.mark.usefixtures("templates")

@@ -71,15 +71,61 @@ def _time(value: datetime.datetime | None) -> str | None:
 def why(run: Run) -> str:
     """Why a run from `with_current_step` is where it is: the approval's own text
     (`with.message`) while a person is asked, else its current step's error or waiting
-    message, else the run's message."""
+    message (with the attempt count and next attempt of a step that is retrying), else the
+    run's message."""
     step_state = getattr(run, "step_state", None) or ""
     asks = getattr(run, "step_asks", None) or ""
     if asks and step_state == StepRun.State.WAITING:
         return str(asks)
     message = getattr(run, "step_message", None) or ""
+    failures = getattr(run, "step_failures", None) or 0
+    if message and step_state == StepRun.State.READY and failures:
+        return retrying(
+            str(getattr(run, "step_name", "")),
+            failures=failures,
+            retries=getattr(run, "step_retries", None) or 0,
+            error=str(message),
+            next_at=getattr(run, "step_due_at", None),
+        )
     if message and step_state in (StepRun.State.FAILED, StepRun.State.WAITING):
         return str(message)
     return run.message
+
+
+def attempts(failures: int, retries: int) -> str:
+    """Failed attempts in a row of those the step's count allows: "attempt 2 of 4"; past
+    the count (a step whose budget is also in time), the attempt alone."""
+    allowed = retries + 1
+    return f"attempt {failures} of {allowed}" if failures <= allowed else f"attempt {failures}"
+
+
+def retrying(
+    step: str, *, failures: int, retries: int, error: str, next_at: datetime.datetime | None
+) -> str:
+    """What a step that failed and waits to be tried again is doing, for an operator (never
+    a hook's answer: it names a time and a count)."""
+    again = f"; next attempt at {holding.at(next_at)}" if next_at else ""
+    return f"retrying step {step}: {attempts(failures, retries)} failed: {error}{again}"
+
+
+#: Runs that ended without success: a run that waits for one waits for a person.
+_STOPPED = (Run.State.FAILED, Run.State.CANCELLED)
+
+
+def blocked_by(run: Run) -> Run | None:
+    """The failed or cancelled run that keeps a pending `run` from starting (its waitFor),
+    by the rule of workflows.engine.scheduling's start check; None if none does."""
+    spec = typed.of(run.spec)
+    if run.state != Run.State.PENDING or not spec.holds_lifecycle:
+        return None
+    for other in spec.wait_for:
+        runs = Run.objects.filter(cluster_key=run.cluster_key, template_name=other)
+        if runs.filter(state__in=Run.ACTIVE).exists():
+            return None  # waiting for it to finish: nothing for a person to do
+        latest = runs.order_by("-pk").first()
+        if latest is not None and latest.state in _STOPPED and not latest.released:
+            return latest
+    return None
 
 
 def run_summary(run: Run) -> dict[str, Any]:
@@ -187,7 +233,13 @@ def call_preview(call: wire.HookCall, *, actor: access.Actor) -> dict[str, Any]:
                 "name": template.name,
                 "generation": template.generation,
                 "matches": matches,
-                "existingRun": {"id": existing.pk, "state": existing.state}
+                # Which selector or setting keeps it out ([] when it matches).
+                "mismatches": selection.mismatches(definition, call),
+                "existingRun": {
+                    "id": existing.pk,
+                    "state": existing.state,
+                    "displayState": states.of(existing).value,
+                }
                 if matches and existing
                 else None,
                 "steps": [
@@ -315,14 +367,17 @@ def _current_step(field: str) -> Subquery:
 
 def with_current_step(runs: QuerySet[Run]) -> QuerySet[Run]:
     """`runs` annotated with the step each is at (no extra query): `step_name`, `step_type`,
-    `step_state`, `step_message` (its progress or last error) and `step_asks` (an
-    approval's `with.message`)."""
+    `step_state`, `step_message` (its progress or last error), `step_asks` (an approval's
+    `with.message`), and `step_failures`, `step_retries` and `step_due_at` (a retry's)."""
     return runs.annotate(
         step_name=_current_step("name"),
         step_type=_current_step("type"),
         step_state=_current_step("state"),
         step_message=_current_step("message"),
         step_asks=_current_step("asks"),
+        step_failures=_current_step("failures"),
+        step_retries=_current_step("retries"),
+        step_due_at=_current_step("due_at"),
     )
 
 

@@ -17,7 +17,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from workflows.models import Run, StepRun
-from workflows.operators import selectors, states
+from workflows.operators import holding, selectors, states
 from workflows.operators.admin import common
 
 
@@ -38,7 +38,9 @@ class Entry:
     created: str
     finished: str
     ran_for: str
+    #: How long it held its cluster (operators/holding.py), and from when until when.
     held_for: str
+    held_times: str
     steps: list[Step]
     left: float
     width: float
@@ -55,12 +57,14 @@ def _step(step: StepRun, now: datetime.datetime) -> Step:
 
 def timeline(runs: list[Run], now: datetime.datetime) -> list[Entry]:
     start = min(run.created_at for run in runs)
+    released = holding.released_at_of([run.pk for run in runs if run.released])
     total = max((max(_end(run, now) for run in runs) - start).total_seconds(), 1.0)
     entries = []
     for run in runs:
         state = states.of(run)
         end = _end(run, now)
         left = 100 * (run.created_at - start).total_seconds() / total
+        held = holding.held(run, now, released_at=released.get(run.pk))
         entries.append(
             Entry(
                 run=run,
@@ -69,9 +73,8 @@ def timeline(runs: list[Run], now: datetime.datetime) -> list[Entry]:
                 created=common.when(run.created_at),
                 finished=common.when(run.finished_at),
                 ran_for=common.between(run.started_at, end),
-                held_for=common.between(run.created_at, end)
-                if state in states.HOLDING or run.finished_at
-                else "-",
+                held_for=held.span(now) if held is not None else "holds nothing",
+                held_times=held.times() if held is not None else holding.never_holds(run),
                 steps=[_step(step, now) for step in run.steps.all()],
                 left=round(left, 2),
                 width=round(max(0.5, 100 * (end - run.created_at).total_seconds() / total), 2),

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from workflows.models import HookCall, Run, StepRun
-from workflows.operators import selectors, states
+from workflows.operators import holding, selectors, states
 from workflows.operators.admin import common
 from workflows.steps import registry
 
@@ -71,7 +71,13 @@ def step_action_applies(step: StepRun, action: str) -> bool:
 
 
 def _attempts(step: StepRun) -> str:
-    """Attempts made of those allowed: a running or finished attempt counts, a failed one too."""
+    """Attempts made of those allowed: a running or finished attempt counts, a failed one too.
+
+    A step a person ends (an approval) or that does no I/O (a wait, a noop) makes no
+    attempts worth counting: "-" until one of its attempts fails."""
+    step_type = registry.find(step.type)
+    if not step.failures and (step.waits_for_person or (step_type and step_type.inline)):
+        return "-"
     running = step.state in (StepRun.State.WAITING, StepRun.State.SUCCEEDED) or (
         step.state == StepRun.State.CANCELLED and step.started_at is not None
     )
@@ -159,6 +165,14 @@ def call_groups(calls: list[HookCall]) -> list[CallGroup]:
     return groups
 
 
+def _held(run: Run, now: datetime.datetime) -> tuple[str, str]:
+    """How long the run held its cluster, and from when until when (operators/holding.py)."""
+    held = holding.held(run, now, released_at=holding.released_at_of([run.pk]).get(run.pk))
+    if held is None:
+        return "holds nothing", holding.never_holds(run)
+    return held.span(now), held.times()
+
+
 def live_context(
     run: Run, run_actions: list[tuple[str, str]], *, step_actions: bool = True
 ) -> dict[str, Any]:
@@ -189,8 +203,8 @@ def live_context(
         "started": common.when(run.started_at),
         "finished": common.when(run.finished_at),
         "moment": common.moment(run),
-        # From the call that made it to its end: how long the lifecycle waited on it.
-        "held_for": common.between(run.created_at, end),
+        # How long the lifecycle waited on it: the one definition (operators/holding.py).
+        "held": _held(run, now),
         "ran_for": common.between(run.started_at, end),
         "deadline": deadline,
         "steps": [step_line(step, run, start, total, now, actions=step_actions) for step in steps],

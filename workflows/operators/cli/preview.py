@@ -10,7 +10,7 @@ import yaml
 from django.core.management.base import CommandError, OutputWrapper
 
 from hooksvc.contract import catalog, wire
-from workflows.operators import access, selectors
+from workflows.operators import access, selectors, states
 from workflows.operators.cli import output
 
 #: Version options of `preview`, by the request field they stand for.
@@ -60,7 +60,7 @@ def show_preview(stdout: OutputWrapper, options: dict[str, Any]) -> None:
     for t in matching:
         existing = t["existingRun"]
         outcome = (
-            f"answers from run {existing['id']} ({existing['state']})"
+            f"answers from run {existing['id']} ({states.label(existing['displayState'])})"
             if existing
             else "would start a run"
         )
@@ -70,7 +70,9 @@ def show_preview(stdout: OutputWrapper, options: dict[str, Any]) -> None:
             stdout.write(f"  {i}. {s['name']} ({s['type']}){after}")
     for t in result["templates"]:
         if not t["matches"]:
-            stdout.write(f"workflowtemplate/{t['name']} does not match")
+            stdout.write(f"workflowtemplate/{t['name']} does not match:")
+            for reason in t["mismatches"]:
+                stdout.write(f"  {reason}")
     if not matching:
         stdout.write("no template matches: the hook would answer Success at once")
     elif result["bypass"]:

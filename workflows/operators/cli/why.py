@@ -1,9 +1,13 @@
 """`workflows why NAMESPACE/NAME`: what holds each hook of a cluster, and the ways out.
 
-For each run of the cluster that still holds (its display state is one of
-`states.HOLDING`), grouped by hook and moment: the run, its state, since when, the step it
-is at and why, the last time CAPI asked, and the exact commands that move it on (each runs
-as printed once `<why>` is replaced; workflows/engine/messages.py writes them). A deletion
+For each run of the cluster that holds it (workflows.operators.holding), grouped by hook
+and moment: the run, its state, how long it has held and since when, the step it is at and
+why (a step that is retrying: its last error and attempt count), the last time CAPI asked,
+and the exact commands that move it on (each runs as printed once `<why>` is replaced;
+workflows/engine/messages.py writes them); a run waiting to start behind a failed workflow
+(waitFor) names that workflow's run and the commands that retry or release it. Unfinished
+runs that hold nothing (a hook CAPI does not wait for, `holdsLifecycle: false`, past a
+`Proceed` deadline) are listed apart, each with why it holds nothing. A deletion
 held by BeforeClusterDelete has one more way out, in CAPI itself: the Cluster's
 `runtime.cluster.x-k8s.io/ok-to-delete` annotation (`OK_TO_DELETE`). A break-glass bypass
 in force for a hook and the cluster is named with its group: while it lasts, the hook's
@@ -19,11 +23,10 @@ from typing import Any
 from django.core.management.base import CommandError, OutputWrapper
 from django.utils import timezone
 
-from hooksvc.contract import catalog
 from workflows.engine import messages
 from workflows.hookpath import bypass as hook_bypass
 from workflows.models import HookCall, KnownCluster, Run, StepRun
-from workflows.operators import access, bypasses, durations, selectors, states
+from workflows.operators import access, bypasses, holding, selectors, states
 from workflows.operators.cli import output
 
 #: CAPI's annotation that lets a Cluster's deletion go on without BeforeClusterDelete:
@@ -63,12 +66,15 @@ def explain(stdout: OutputWrapper, options: dict[str, Any]) -> None:
             f"hooksvc knows no cluster {namespace}/{name}: no run, hook call or watcher record "
             f"names it (`{messages.command('workflows list')}` shows the clusters with runs)"
         )
-    holding = [r for r in runs if states.of(r) in states.HOLDING]
+    unfinished = [r for r in runs if states.of(r) in states.HOLDING]
+    holding = [r for r in unfinished if _holds(r, now)]
+    apart = [r for r in unfinished if not _holds(r, now)]
     if not holding:
         stdout.write(
             f"nothing holds cluster {namespace}/{name}: "
             + (f"none of its {len(runs)} runs holds a hook" if runs else "it has no runs")
         )
+        _write_apart(stdout, apart, now)
         return
     groups: dict[tuple[str, str], list[Run]] = {}
     for run in holding:
@@ -90,6 +96,28 @@ def explain(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         if hook == DELETE_HOOK:
             for line in _ok_to_delete(namespace, name):
                 stdout.write(f"  {line}")
+    _write_apart(stdout, apart, now)
+
+
+def _holds(run: Run, now: datetime.datetime) -> bool:
+    held = holding.held(run, now)
+    return held is not None and held.holding
+
+
+def _write_apart(stdout: OutputWrapper, runs: list[Run], now: datetime.datetime) -> None:
+    """Unfinished (or failed) runs of the cluster that hold nothing, and why not."""
+    if not runs:
+        return
+    stdout.write("")
+    stdout.write(f"{_count(len(runs))} of the cluster that hold nothing:")
+    for run in runs:
+        held = holding.held(run, now)
+        why_not = holding.never_holds(run) or (held.ended_by if held else "")
+        at = f" {run.moment}" if run.moment else ""
+        stdout.write(
+            f"  run {run.pk} ({run.template_name}, {run.hook}{at}): "
+            f"{states.of(run).label}; {why_not}"
+        )
 
 
 def _seen(namespace: str, name: str) -> bool:
@@ -102,15 +130,9 @@ def _seen(namespace: str, name: str) -> bool:
 
 def _group_line(hook: str, moment: str, runs: list[Run]) -> str:
     at = f" {moment}" if moment else ""
-    known = catalog.MOMENTS.get(hook)
-    holds = [r for r in runs if r.spec.get("holdsLifecycle", True)]
-    if known is None or not known.blocking:
-        effect = "CAPI does not wait for this hook"
-    elif not holds:
-        effect = "its runs do not hold the lifecycle (holdsLifecycle: false)"
-    else:
-        effect = "CAPI waits until every run below succeeds or is released"
-    return f"{hook}{at}: {_count(len(runs))}; {effect}"
+    return (
+        f"{hook}{at}: {_count(len(runs))}; CAPI waits until every run below succeeds or is released"
+    )
 
 
 def _bypass_lines(bypass: hook_bypass.Active | None) -> list[str]:
@@ -146,11 +168,9 @@ def _time(moment: datetime.datetime) -> str:
 
 def _run_lines(run: Run, now: datetime.datetime) -> list[str]:
     state = states.of(run)
-    held_for = durations.span((now - run.created_at).total_seconds())
-    lines = [
-        f"run {run.pk} ({run.template_name}): {state.label}, "
-        f"holding since {_time(run.created_at)} ({held_for})"
-    ]
+    held = holding.held(run, now)
+    held_for = f", held for {held.describe(now)}" if held is not None else ""
+    lines = [f"run {run.pk} ({run.template_name}): {state.label}{held_for}"]
     steps = sorted(run.steps.all(), key=lambda s: s.position)
     current = next((s for s in steps if s.name == getattr(run, "step_name", None)), None)
     if current is not None:
@@ -178,6 +198,11 @@ def _ways_out(run: Run, state: states.State, steps: list[StepRun]) -> list[str]:
                 ways.append(f"approve it:  {messages.approve_command(run.pk, step.name)}")
     if state in (states.State.FAILED, states.State.CANCELLED):
         ways.append(f"retry it:    {messages.retry_command(run.pk)}")
+    blocker = selectors.blocked_by(run) if state == states.State.PENDING else None
+    if blocker is not None:
+        # It starts once what it waits for is retried (and succeeds) or released.
+        ways.append(f"retry what it waits for:    {messages.retry_command(blocker.pk)}")
+        ways.append(f"release what it waits for:  {messages.release_command(blocker.pk)}")
     ways.append(f"release it:  {messages.release_command(run.pk)}")
     return ways
 
