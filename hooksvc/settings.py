@@ -183,7 +183,8 @@ WSGI_APPLICATION = "hooksvc.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        # The admin's pages with hooksvc's breadcrumbs (see the README there).
+        "DIRS": [BASE_DIR / "workflows" / "operators" / "admin" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

@@ -55,6 +55,8 @@ class AddonProfile(models.Model):
 
     class Meta:
         ordering = ["name"]
+        # Its name in prose everywhere (Django would say "addon profile").
+        verbose_name = "add-on profile"
 
     def __str__(self) -> str:
         return self.name

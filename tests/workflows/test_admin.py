@@ -218,7 +218,7 @@ def test_the_hook_call_list_shows_a_long_messages_start_and_the_call_page_all_of
         latency_ms=1.0,
     )
     listing = admin_client.get(reverse("admin:workflows_hookcall_changelist")).content.decode()
-    assert f'<span title="{hint}">{hint[:80]}…</span>' in listing
+    assert f'<span class="hk-line" title="{hint}">{hint[:160]}…</span>' in listing
     assert listing.count("END-OF-HINT") == 1, "the whole text once: on hover, not in the cell"
     detail = admin_client.get(
         reverse("admin:workflows_hookcall_change", args=[call.pk])
@@ -226,7 +226,7 @@ def test_the_hook_call_list_shows_a_long_messages_start_and_the_call_page_all_of
     assert hint in detail
 
 
-def test_a_call_break_glass_answered_links_to_its_bypass_not_to_the_runs(
+def test_a_call_a_bypass_answered_links_to_it_not_to_the_runs(
     admin_client: Client,
 ) -> None:
     """A bypassed call answered from no run: the list and the call's page name the bypass
@@ -254,7 +254,7 @@ def test_a_call_break_glass_answered_links_to_its_bypass_not_to_the_runs(
     )
     link = (
         f'<a href="{reverse("admin:workflows_bypass_change", args=[covering.pk])}">'
-        f"break glass {covering.pk}</a>"
+        f"bypass {covering.pk}</a>"
     )
     listing = admin_client.get(reverse("admin:workflows_hookcall_changelist")).content.decode()
     assert link in listing

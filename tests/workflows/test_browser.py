@@ -314,14 +314,14 @@ def test_break_glass_lets_calls_through_and_shows_on_the_fleet(
     cluster = capi.cluster_v1beta2(name="canary-1", namespace="canary", uid="uid-canary-1")
     status, answer = hook_server.post(capi.hook_path(HOOK), capi.hook_request(HOOK, cluster))
     assert (status, answer["status"], answer["retryAfterSeconds"]) == (200, "Success", 0)
-    assert answer["message"].startswith(f"hooksvc break glass {bypass.pk} by cli:ann until ")
+    assert answer["message"].startswith(f"hooksvc bypass {bypass.pk} by cli:ann until ")
     assert answer["message"].endswith(
         ": INC-42: gate template broken; no workflow runs for this call"
     )
     assert not Run.objects.filter(cluster_namespace="canary").exists()
 
     page = operator_page(browser, f"https://localhost:{hook_server.port}")
-    banner = page.locator("#break-glass")
+    banner = page.locator("#bypasses")
     expect(banner).to_contain_text(
         f"bypass {bypass.pk}: {HOOK} for clusters matching env=prod in namespace canary, "
         "by cli:ann until"
@@ -333,9 +333,9 @@ def test_break_glass_lets_calls_through_and_shows_on_the_fleet(
     shoot(page, output_dir, "break-glass")
 
     page.get_by_role("link", name="Hook calls").click()
-    expect(page.locator("#result_list")).to_contain_text(f"hooksvc break glass {bypass.pk}")
+    expect(page.locator("#result_list")).to_contain_text(f"hooksvc bypass {bypass.pk}")
     shoot(page, output_dir, "break-glass-hook-calls")
 
     call_command("workflows", "bypass", "--end", str(bypass.pk), "--reason", "fixed", stdout=out)
     page.goto(page.url.split("/admin/")[0] + "/admin/")
-    expect(page.locator("#break-glass")).to_have_count(0)
+    expect(page.locator("#bypasses")).to_have_count(0)

@@ -62,7 +62,7 @@ def cli(*args: str) -> str:
 def covered(bypass: Bypass) -> answers.Answer:
     return answers.Answer(
         catalog.Status.SUCCESS,
-        f"hooksvc break glass {bypass.pk} by cli:ann until 2026-11-24 01:00:00 UTC: "
+        f"hooksvc bypass {bypass.pk} by cli:ann until 2026-11-24 01:00:00 UTC: "
         "CAB-9 outage; no workflow runs for this call",
     )
 
@@ -85,7 +85,7 @@ def test_it_expires_by_itself_and_the_hook_holds_again(held: Moment) -> None:
     wf.template("backup")
     bypass = open_bypass(duration=datetime.timedelta(minutes=30))
     held[0] += datetime.timedelta(minutes=29, seconds=59)
-    assert _answer(wf.call()).message.startswith(f"hooksvc break glass {bypass.pk} ")
+    assert _answer(wf.call()).message.startswith(f"hooksvc bypass {bypass.pk} ")
     held[0] += datetime.timedelta(seconds=1)
     answer = _answer(wf.call())
     assert (answer.status, answer.message, answer.retry_after) == (
@@ -155,7 +155,7 @@ def test_of_several_bypasses_the_one_lasting_longest_speaks(held: Moment) -> Non
     longest = open_bypass(duration=3 * HOUR, selector="env=prod", actor="cli:cat")
     open_bypass(duration=6 * HOUR, selector="env=staging")
     assert _answer(wf.call()).message == (
-        f"hooksvc break glass {longest.pk} by cli:cat until 2026-11-24 03:00:00 UTC: "
+        f"hooksvc bypass {longest.pk} by cli:cat until 2026-11-24 03:00:00 UTC: "
         "CAB-9 outage; no workflow runs for this call"
     )
 
@@ -164,7 +164,7 @@ def test_a_non_blocking_hook_starts_no_run_either(held: Moment) -> None:
     hook = "AfterControlPlaneInitialized"
     wf.template("install-cni", hook=hook)
     bypass = open_bypass(hook=hook)
-    assert _answer(wf.call(hook)).message.startswith(f"hooksvc break glass {bypass.pk} ")
+    assert _answer(wf.call(hook)).message.startswith(f"hooksvc bypass {bypass.pk} ")
     assert Run.objects.count() == 0
 
 
@@ -345,12 +345,12 @@ def test_durations_read_as_written(text: str, seconds: int) -> None:
 
 
 def test_the_fleet_shows_each_bypass_in_force_in_its_banner(admin_client: Client) -> None:
-    assert 'id="break-glass"' not in admin_client.get("/admin/").content.decode()
+    assert 'id="bypasses"' not in admin_client.get("/admin/").content.decode()
     bypass = open_bypass(selector="env=prod", namespace="fleet")
     ended = open_bypass(hook="BeforeClusterDelete")
     bypasses.bypass_end(bypass_id=ended.pk, actor="cli:bob", reason="over")
     page = admin_client.get("/admin/").content.decode()
-    banner = page[page.index('id="break-glass"') : page.index('id="fleet-counts"')]
+    banner = page[page.index('id="bypasses"') : page.index('id="fleet-counts"')]
     assert f"bypass {bypass.pk}: {HOOK} for clusters matching env=prod in namespace fleet" in banner
     assert "by cli:ann until" in banner and "CAB-9 outage" in banner
     assert f'bypass --end {bypass.pk} --reason "&lt;why&gt;"' in banner
@@ -398,6 +398,6 @@ def test_the_admin_lists_every_bypass_with_its_state_read_only(admin_client: Cli
     assert ">ended</span>" in row(ended) and "by cli:bob" in row(ended)
     assert ">expired</span>" in row(expired) and "by cli:" not in row(expired)
     assert "Add bypass" not in page
-    assert "<title>Select bypass to view | hooksvc</title>" in page
-    assert ">Bypasses</a>" in page and "Bypasss" not in page  # the plural in the breadcrumbs
+    assert "<title>Bypasses | hooksvc</title>" in page
+    assert "&rsaquo; Bypasses</div>" in page and "Bypasss" not in page  # the breadcrumbs
     assert 'href="/admin/workflows/bypass/"' in admin_client.get("/admin/").content.decode()

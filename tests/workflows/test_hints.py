@@ -307,14 +307,14 @@ def test_why_names_the_bypass_that_answers_for_the_cluster_and_its_end_hint_runs
     # The hook path answers from the same bypass.
     answered = answers.answer(call, handler_name="test")
     assert answered.retry_after == 0
-    assert answered.message.startswith(f"hooksvc break glass {covering.pk} by ops "), answered
+    assert answered.message.startswith(f"hooksvc bypass {covering.pk} by ops "), answered
     text = why_of()
-    assert f"break glass: bypass {covering.pk} by ops until" in text
+    assert f"bypass {covering.pk} by ops until" in text
     assert "dev clusters only" not in text and "another namespace" not in text
     [end] = [c for c in suggested(text) if "bypass --end" in c]
     assert end == f'{settings.MANAGE_PY} workflows bypass --end {covering.pk} --reason "<why>"'
     run_as_printed(end)
-    assert "break glass" not in why_of()
+    assert f"bypass {covering.pk}" not in why_of()
     assert "BeforeClusterDelete: 1 run; CAPI waits" in why_of()
 
 

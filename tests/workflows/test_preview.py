@@ -198,13 +198,13 @@ def test_a_bypass_in_force_that_would_answer_the_call_is_shown(tmp_path: Path) -
     )
     args = ["--hook", "BeforeClusterUpgrade", "--to", "v1.33.0", "--cluster"]
     prod = cluster_file(tmp_path, capi.cluster_v1beta2(labels={"env": "prod"}))
-    assert "break glass" not in preview(*args, prod)
+    assert "is in force for this call" not in preview(*args, prod)
     covering = bypasses.bypass_open(
         hook="BeforeClusterUpgrade", duration=hour, actor="ops", reason="restore drill"
     )
     text = preview(*args, prod)
     assert (
-        f"break glass: bypass {covering.pk} is in force for this call: it would answer "
+        f"bypass {covering.pk} is in force for this call: it would answer "
         "Success at once and start no run"
     ) in text
     call = wf.call("BeforeClusterUpgrade", cluster=capi.cluster_v1beta2(labels={"env": "prod"}))

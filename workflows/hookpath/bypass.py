@@ -79,7 +79,10 @@ def until(moment: datetime.datetime) -> str:
 
 
 #: How every covered answer's message starts (`message`); `answered_by` reads it back.
-MESSAGE_PREFIX = "hooksvc break glass "
+MESSAGE_PREFIX = "hooksvc bypass "
+#: How it started before the admin, the CLI and the messages called it "bypass" everywhere:
+#: recorded hook calls of the last HOOK_CALL_RETENTION_DAYS may still say so.
+_OLD_PREFIX = "hooksvc break glass "
 
 
 def message(bypass: Active) -> str:
@@ -92,7 +95,8 @@ def message(bypass: Active) -> str:
 
 def answered_by(answer_message: str) -> int | None:
     """The bypass whose `message` this is (a recorded hook call's), None for any other answer."""
-    if not answer_message.startswith(MESSAGE_PREFIX):
+    prefix = next((p for p in (MESSAGE_PREFIX, _OLD_PREFIX) if answer_message.startswith(p)), "")
+    if not prefix:
         return None
-    number = answer_message.removeprefix(MESSAGE_PREFIX).partition(" by ")[0]
+    number = answer_message.removeprefix(prefix).partition(" by ")[0]
     return int(number) if number.isdigit() else None

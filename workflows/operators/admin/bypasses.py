@@ -17,11 +17,11 @@ from django.utils import timezone
 
 from workflows.models import Bypass
 from workflows.operators import access, bypasses
-from workflows.operators.admin.common import ReadOnlyMixin, actor, badge, when
+from workflows.operators.admin.common import ReadOnlyMixin, TitledAdmin, actor, badge, when
 
 
 @admin.register(Bypass)
-class BypassAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class BypassAdmin(ReadOnlyMixin, TitledAdmin):
     list_display = (
         "id",
         "status",

@@ -1,5 +1,5 @@
-"""What the admin's pages share: read-only admins, who may see which rows, state badges, the
-reason form.
+"""What the admin's pages share: read-only admins, who may see which rows, page titles,
+state badges, the reason form.
 
 Runs, steps, events and hook calls are never edited in the admin (actions go through
 `workflows.operators.actions`); these pieces keep every page consistent about it, and about
@@ -14,10 +14,13 @@ import json
 from typing import Any
 
 from django import forms
+from django.contrib import admin
+from django.contrib.admin.utils import unquote
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.text import capfirst
 
 from workflows.operators import access, durations, identities, reasons, redaction
 
@@ -60,6 +63,42 @@ class NamespacedMixin:
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         queryset: QuerySet[Any] = super().get_queryset(request)  # type: ignore[misc]
         return queryset.filter(actor(request).where(access.Permission.VIEW, self.namespace_field))
+
+
+class TitledAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """A model admin whose pages say what they show: "Hook calls", "Hook call BeforeCluster…"
+    (not Django's "Select hook call to view", "View hook call"); its lists take the page's
+    width (the fleet and the breadcrumbs lead to the other lists, not a sidebar)."""
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {
+            "title": capfirst(self.model._meta.verbose_name_plural),
+            "is_nav_sidebar_enabled": False,
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, context)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        found = self.get_object(request, unquote(object_id))
+        # The object's name is in the title: no subtitle repeating it.
+        named = {"title": title_of(found), "subtitle": None} if found else {}
+        context = {**named, **(extra_context or {})}
+        return super().change_view(request, object_id, form_url, context)
+
+
+def title_of(obj: Any) -> str:
+    """An object's page title: its name, after its kind unless the name says it."""
+    kind = str(obj._meta.verbose_name)
+    text = str(obj)
+    return capfirst(text) if text.lower().startswith(kind) else f"{capfirst(kind)} {text}"
 
 
 def json_block(value: Any) -> str:

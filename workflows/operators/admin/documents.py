@@ -22,7 +22,7 @@ from workflows.definitions import addons, apply, spec
 from workflows.engine import messages
 from workflows.models import AddonProfile, WorkflowTemplate
 from workflows.operators import access
-from workflows.operators.admin.common import actor
+from workflows.operators.admin.common import TitledAdmin, actor
 
 
 def _document(kind: str, name: str, spec_: dict[str, Any]) -> str:
@@ -146,7 +146,7 @@ class TemplateDocumentForm(_DocumentForm):
         return template
 
 
-class _SourceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class _SourceAdmin(TitledAdmin):
     """Says where a template or profile comes from; only its own source changes it."""
 
     kind = ""

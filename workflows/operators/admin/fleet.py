@@ -111,7 +111,7 @@ def _link(filters: selectors.FleetFilter, **changes: Any) -> str:
 
 
 def active_bypasses(now: datetime.datetime, actor: access.Actor) -> list[bypasses.Shown]:
-    """The break glass in force (hook calls answered without runs) that `actor` sees, for the
+    """The bypasses in force (hook calls answered without runs) that `actor` sees, for the
     banner: one query."""
     return [bypasses.shown(b) for b in bypasses.active(now, actor=actor)]
 
@@ -167,7 +167,7 @@ def fleet_view(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
         "links": [
             ("All runs", reverse("admin:workflows_run_changelist")),
             ("Hook calls", reverse("admin:workflows_hookcall_changelist")),
-            ("Break glass", reverse("admin:workflows_bypass_changelist")),
+            ("Bypasses", reverse("admin:workflows_bypass_changelist")),
             ("Templates", reverse("admin:workflows_workflowtemplate_changelist")),
             ("Add-on profiles", reverse("admin:workflows_addonprofile_changelist")),
             # Local accounts: Django's own permission (superusers).

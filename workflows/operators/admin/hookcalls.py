@@ -1,28 +1,26 @@
 """The hook calls CAPI made, as the admin lists them (kept HOOK_CALL_RETENTION_DAYS days).
 
 Each call shows its time to the second and links to the runs it answered from: the runs of
-the same cluster, hook and moment (one per matching template); a call that break glass
-answered links to its bypass instead (it answered from no run). Each person sees the calls
-of the namespaces they may view (workflows.operators.access).
+the same cluster, hook and moment (one per matching template); a call that a bypass
+answered links to it instead (it answered from no run). Each person sees the calls of the
+namespaces they may view (workflows.operators.access).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from workflows.hookpath import bypass as hook_bypass
 from workflows.models import HookCall, Run
-from workflows.operators.admin.common import NamespacedMixin, ReadOnlyMixin, when
+from workflows.operators.admin.common import NamespacedMixin, ReadOnlyMixin, TitledAdmin, when
 
-#: How much of an answer's message the list shows.
-MESSAGE_START = 80
+#: How much of an answer's message the list sends (the column shows what fits of it).
+MESSAGE_START = 160
 
 
 def _answered_by() -> QuerySet[Run]:
@@ -32,23 +30,29 @@ def _answered_by() -> QuerySet[Run]:
 
 
 @admin.register(HookCall)
-class HookCallAdmin(ReadOnlyMixin, NamespacedMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class HookCallAdmin(ReadOnlyMixin, NamespacedMixin, TitledAdmin):
+    # Fits 1280 px: one line a call (the message cut, whole on hover and on the call's
+    # page), the handler on the call's page only (it is the hook's, in kebab case).
     list_display = (
         "time",
         "hook",
-        "handler",
         "cluster",
         "moment",
-        "status",
-        "retry_after",
+        "answer",
         "message_start",
-        "latency_ms",
+        "latency",
         "runs",
     )
     list_filter = ("hook", "status", "cluster_namespace")
     search_fields = ("cluster_name",)
     ordering = ("-at",)
     show_full_result_count = False
+    #: A page a screen or two long: 50 one-line rows.
+    list_per_page = 50
+
+    class Media:
+        css = {"all": ("workflows/admin.css",)}
+
     fields = (
         "time",
         "hook",
@@ -78,16 +82,18 @@ class HookCallAdmin(ReadOnlyMixin, NamespacedMixin, admin.ModelAdmin):  # type: 
         )
         return queryset
 
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        # As the run list: the columns need the width at 1280 px more than the sidebar.
-        context = {**(extra_context or {}), "is_nav_sidebar_enabled": False}
-        return super().changelist_view(request, context)
-
-    @admin.display(description="at (to the second)", ordering="at")
+    @admin.display(description="at", ordering="at")
     def time(self, call: HookCall) -> str:
         return when(call.at)
+
+    @admin.display(description="answer", ordering="status")
+    def answer(self, call: HookCall) -> str:
+        retry = f", retry after {call.retry_after} s" if call.retry_after else ""
+        return f"{call.status}{retry}"
+
+    @admin.display(description="latency", ordering="latency_ms")
+    def latency(self, call: HookCall) -> str:
+        return f"{call.latency_ms:.1f} ms"
 
     @admin.display(description="cluster", ordering="cluster_name")
     def cluster(self, call: HookCall) -> str:
@@ -96,14 +102,16 @@ class HookCallAdmin(ReadOnlyMixin, NamespacedMixin, admin.ModelAdmin):  # type: 
     @admin.display(description="message")
     def message_start(self, call: HookCall) -> str:
         # A whole hint (up to 500 characters) would push the columns after it off a 1280 px
-        # screen: the list shows its start, the whole text on hover and on the call's page.
-        if len(call.message) <= MESSAGE_START:
-            return call.message
-        return format_html(
-            '<span title="{}">{}…</span>', call.message, call.message[:MESSAGE_START]
+        # screen and make each row five lines: one line (admin.css cuts it to the column),
+        # the whole text on hover and on the call's page.
+        shown = (
+            call.message
+            if len(call.message) <= MESSAGE_START
+            else call.message[:MESSAGE_START] + "…"
         )
+        return format_html('<span class="hk-line" title="{}">{}</span>', call.message, shown)
 
-    @admin.display(description="runs it answered from")
+    @admin.display(description="runs")
     def runs(self, call: HookCall) -> str:
         bypassed = _bypass_link(call)
         if bypassed:
@@ -150,7 +158,7 @@ def _bypass_link(call: HookCall) -> str:
     if bypass_id is None:
         return ""
     return format_html(
-        '<a href="{}">break glass {}</a>',
+        '<a href="{}">bypass {}</a>',
         reverse("admin:workflows_bypass_change", args=[bypass_id]),
         bypass_id,
     )

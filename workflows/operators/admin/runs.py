@@ -60,7 +60,7 @@ class StateFilter(admin.SimpleListFilter):
 
 
 @admin.register(Run)
-class RunAdmin(ReadOnlyMixin, NamespacedMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class RunAdmin(ReadOnlyMixin, NamespacedMixin, common.TitledAdmin):
     list_display = (
         "cluster",
         "hook_moment",
@@ -111,13 +111,6 @@ class RunAdmin(ReadOnlyMixin, NamespacedMixin, admin.ModelAdmin):  # type: ignor
     @admin.display(description="created", ordering="created_at")
     def created(self, run: Run) -> str:
         return format_html('<span class="hk-nowrap">{}</span>', common.when(run.created_at))
-
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        # The columns need the width at 1280 px: the fleet and breadcrumbs lead elsewhere.
-        context = {**(extra_context or {}), "is_nav_sidebar_enabled": False}
-        return super().changelist_view(request, context)
 
     @admin.display(description="state", ordering=states.FIELD)
     def state_badge(self, run: Run) -> str:

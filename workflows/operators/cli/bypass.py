@@ -28,7 +28,7 @@ _OPEN_ONLY = {"hook": "--hook", "selector": "--selector", "namespace": "--namesp
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser = sub.add_parser(
         "bypass",
-        help="break glass: answer a hook's calls Success without runs, for a while",
+        help="bypass a hook (break glass): answer its calls Success without runs, for a while",
         description=(
             "While a bypass is in force, the hook's calls for matching clusters answer Success "
             "and start no run; runs that exist are left as they are. Who, why and until when "

@@ -77,7 +77,7 @@ def show_preview(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         stdout.write("no template matches: the hook would answer Success at once")
     elif result["bypass"]:
         stdout.write(
-            f"break glass: bypass {result['bypass']['id']} is in force for this call: it would "
+            f"bypass {result['bypass']['id']} is in force for this call: it would "
             "answer Success at once and start no run"
         )
         stdout.write(f"  {result['bypass']['message']}")

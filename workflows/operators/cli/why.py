@@ -139,7 +139,7 @@ def _bypass_lines(bypass: hook_bypass.Active | None) -> list[str]:
     if bypass is None:
         return []
     return [
-        f"break glass: bypass {bypass.id} by {bypass.actor} until "
+        f"bypass {bypass.id} by {bypass.actor} until "
         f"{hook_bypass.until(bypass.expires_at)}: {bypass.reason}",
         "  while it lasts, CAPI's calls of this hook answer Success without these runs",
         f"  end it early:  {messages.bypass_end_command(bypass.id)}",
