@@ -70,6 +70,34 @@ def test_a_filter_acts_on_every_run_it_finds_that_the_action_applies_to(
     assert sorted(s.run.cluster_name for s in approved) == ["p0", "p1", "p2"]
 
 
+def test_the_confirmation_warns_of_each_cluster_other_runs_still_hold(
+    admin_client: Client, sent: list[object]
+) -> None:
+    """Approving a cluster's gate does not release it while two failed runs hold it too: the
+    confirmation names them (an operator bulk-approved such a cluster unwarned)."""
+    gated = waiting("prod/held")
+    first = make_run(template="notify-cmdb", cluster="prod/held", state="failed")
+    second = make_run(template="backup", cluster="prod/held", moment="v1.34.0", state="cancelled")
+    alone = waiting("prod/alone")
+    # A run that holds nothing (CAPI does not wait for its hook) is not a warning.
+    make_run(template="cni", cluster="prod/alone", hook="AfterControlPlaneInitialized", moment="")
+    chosen = {"action": "approve", "scope": "selected", "run": [gated.pk, alone.pk]}
+    confirm = admin_client.post(BULK, chosen).content.decode()
+    warning = confirm[confirm.index('id="still-held"') : confirm.index('id="bulk-confirm"')]
+    assert "1 cluster will stay held after this" in warning
+    held = warning[warning.index('data-cluster="prod/held"') :].split("</li>")[0]
+    assert f"run {first.pk}</a> (notify-cmdb, BeforeClusterUpgrade v1.33.0" in held
+    assert 'data-state="failed">failed</span>' in held
+    assert f"run {second.pk}</a> (backup, BeforeClusterUpgrade v1.34.0" in held
+    assert 'data-state="cancelled">cancelled</span>' in held
+    assert "prod/alone" not in warning
+    # Acting on every run that holds it: nothing left to warn of.
+    every = {"action": "cancel", "scope": "selected", "run": [gated.pk, first.pk, second.pk]}
+    confirm = admin_client.post(BULK, every).content.decode()
+    assert 'id="still-held"' not in confirm
+    assert "A cancelled run still holds its cluster" in confirm
+
+
 def test_a_partial_failure_is_reported_per_run_and_does_not_undo_the_others(
     admin_client: Client, sent: list[object]
 ) -> None:

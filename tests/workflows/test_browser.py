@@ -29,7 +29,7 @@ from tests.support import workflows as wf
 from tests.support.worker import Worker
 from tests.workflows.test_worker import wait_for
 from workflows.engine import messages
-from workflows.models import Bypass, Run, RunEvent, StepRun
+from workflows.models import Bypass, HookCall, Run, RunEvent, StepRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -199,19 +199,27 @@ def test_an_operator_approves_twenty_clusters_from_the_fleet(
     neighbours()
     page = operator_page(browser, f"https://localhost:{hook_server.port}")
 
-    # The fleet: counts on top, one row per cluster, the approval's own text as the why.
+    # The fleet: clusters held on top and by what, one row per cluster, the approval's own
+    # text as the why; the released run holds nothing and is counted apart.
     expect(page.locator("#site-name")).to_have_text("hooksvc")
     expect(page.get_by_text("View site")).to_have_count(0)
     counts = page.locator("#fleet-counts")
+    expect(counts.locator('[data-count="held"] strong')).to_have_text("21")
     expect(counts.locator('[data-state="awaiting_approval"] strong')).to_have_text("20")
     expect(counts.locator('[data-state="failed"] strong')).to_have_text("1")
-    expect(counts.locator('[data-state="released"] strong')).to_have_text("1")
-    rows = page.locator("#fleet tbody tr.hk-row")
-    expect(rows).to_have_count(22)
-    expect(rows.first).to_contain_text("edge/edge-")  # held longest comes first
+    expect(counts.locator('[data-count="background"] strong')).to_have_text("1")
+    rows = page.locator("#fleet tbody.hk-cluster")
+    expect(rows).to_have_count(21)
+    expect(rows.first).to_contain_text("edge/edge-7")  # held longest comes first
     expect(rows.filter(has_text="fleet/prod-07")).to_contain_text(ASKS)
-    expect(rows.filter(has_text="edge/edge-9")).to_contain_text("released")
+    expect(rows.filter(has_text="edge/edge-9")).to_have_count(0)
     shoot(page, output_dir, "fleet")
+    page.click("#background-count")
+    expect(page.locator("#fleet tr.hk-apart")).to_have_count(1)
+    expect(page.locator("#fleet tr.hk-apart")).to_contain_text("edge/edge-9")
+    expect(page.locator("#fleet tr.hk-apart")).to_contain_text("released")
+    shoot(page, output_dir, "fleet-background")
+    page.go_back()
 
     # Narrow to the twenty, tick them all, approve with one reason.
     page.select_option("#fleet-filters select[name=state]", "awaiting_approval")
@@ -243,7 +251,7 @@ def test_an_operator_approves_twenty_clusters_from_the_fleet(
     # The fleet now shows only what still needs a person; the cluster's page its life.
     page.goto(page.url.split("/admin/")[0] + "/admin/")
     expect(counts.locator('[data-state="awaiting_approval"] strong')).to_have_text("0")
-    expect(rows).to_have_count(2)
+    expect(rows).to_have_count(1)
     page.get_by_role("link", name="All runs").click()
     expect(page.locator("#result_list")).to_contain_text("released")
     shoot(page, output_dir, "all-runs")
@@ -329,7 +337,7 @@ def test_break_glass_lets_calls_through_and_shows_on_the_fleet(
     expect(banner).to_contain_text("INC-42: gate template broken")
     expect(banner).to_contain_text(f"workflows bypass --end {bypass.pk} --reason")
     # The runs already held stay held: break glass changes answers, not runs.
-    expect(page.locator("#fleet tbody tr.hk-row")).to_have_count(3)
+    expect(page.locator("#fleet tbody.hk-cluster")).to_have_count(3)
     shoot(page, output_dir, "break-glass")
 
     page.get_by_role("link", name="Hook calls").click()
@@ -339,3 +347,119 @@ def test_break_glass_lets_calls_through_and_shows_on_the_fleet(
     call_command("workflows", "bypass", "--end", str(bypass.pk), "--reason", "fixed", stdout=out)
     page.goto(page.url.split("/admin/")[0] + "/admin/")
     expect(page.locator("#bypasses")).to_have_count(0)
+
+
+def fits(page: Page, width: int = 1280) -> None:
+    """Nothing on the page reaches past `width` px: no horizontal scrolling, no column cut."""
+    overflow = page.evaluate("document.documentElement.scrollWidth")
+    assert overflow <= width, f"{page.url} is {overflow} px wide at {width} px"
+    cut = page.evaluate(
+        "w => [...document.querySelectorAll('th, td')]"
+        ".filter(c => c.getBoundingClientRect().right > w + 1).map(c => c.textContent.trim())",
+        width,
+    )
+    assert cut == [], f"{page.url}: cells past the right edge: {cut[:5]}"
+
+
+def test_the_pages_fit_1280_px_and_say_what_holds_each_cluster(
+    hook_server: servers.HookServer, browser: BrowserContext, output_dir: Path
+) -> None:
+    """At 1280 px: the hook-call list (its latency and runs columns were cut, its message
+    column 90 px wide, the page 12,000 px tall), the fleet with a cluster held by an approval
+    and two failed runs (each failed row repeated the whole retry command), a run's page with
+    approval, wait and http steps, and a bulk approval that leaves the cluster held."""
+    now = timezone.now()
+    neighbours()
+    gate = wf.spec(steps=[{"name": "approve", "type": "approval", "with": {"message": ASKS}}])
+    held: list[Run] = []
+    for template, state in (("upgrade-gate", "running"), ("notify-cmdb", "failed"),
+                            ("backup-before-upgrade", "failed")):  # fmt: skip
+        run = Run.objects.create(
+            template_name=template,
+            template_generation=1,
+            spec=gate,
+            hook=HOOK,
+            cluster_key="uid-fleet-c1",
+            cluster_namespace="fleet",
+            cluster_name="c1",
+            moment="v1.32.4->v1.33.1",
+            state=state,
+            finished_at=now if state == "failed" else None,
+        )
+        error = f"POST https://cmdb.example/api/v2/changes returned 503 ({template})"
+        Run.objects.filter(pk=run.pk).update(
+            created_at=now - datetime.timedelta(minutes=30 - len(held)),
+            message=messages.run_failed_at_step(run.pk, template, "notify", error)
+            if state == "failed"
+            else "workflow upgrade-gate is waiting for approval at step approve",
+        )
+        for position, (name, kind, step_state) in enumerate(
+            [("approve", "approval", "waiting"), ("settle", "wait", "waiting"),
+             ("notify", "http", "failed" if state == "failed" else "pending")]
+        ):  # fmt: skip
+            StepRun.objects.create(
+                run=run, name=name, position=position, type=kind, state=step_state, retries=3,
+                waits_for_person=kind == "approval", failures=1 if step_state == "failed" else 0,
+                message=error if step_state == "failed" else "",
+                params={"message": ASKS} if kind == "approval" else {},
+                started_at=now - datetime.timedelta(minutes=20),
+            )  # fmt: skip
+        held.append(run)
+    hint = messages.run_failed_at_step(held[1].pk, "notify-cmdb", "notify", "x" * 300)
+    HookCall.objects.bulk_create(
+        HookCall(
+            hook=HOOK,
+            handler="before-cluster-upgrade",
+            cluster_key="uid-fleet-c1",
+            cluster_namespace="fleet",
+            cluster_name="c1",
+            moment=held[1].moment,
+            status="Success",
+            retry_after=10,
+            message=hint,
+            latency_ms=2.5,
+        )
+        for _ in range(120)
+    )
+    page = operator_page(browser, f"https://localhost:{hook_server.port}")
+
+    row = page.locator('#fleet tbody.hk-cluster[data-cluster="fleet/c1"]')
+    expect(row.locator("tr.hk-hold")).to_have_count(3)
+    expect(row).to_contain_text("held by 3 runs")
+    expect(row).to_contain_text(ASKS)
+    expect(row).not_to_contain_text("workflows retry")
+    fits(page)
+    shoot(page, output_dir, "fleet")
+
+    page.get_by_role("link", name="Hook calls").click()
+    expect(page.locator("h1")).to_have_text("Hook calls")
+    expect(page.locator(".breadcrumbs")).to_have_text(
+        "Fleet \N{SINGLE RIGHT-POINTING ANGLE QUOTATION MARK} Hook calls"
+    )
+    expect(page.locator("#result_list tbody tr")).to_have_count(50)
+    fits(page)
+    message = page.locator("#result_list td.field-message_start").first.bounding_box()
+    assert message is not None and message["width"] >= 200, message
+    height = page.evaluate("document.documentElement.scrollHeight")
+    assert height <= 4000, f"the hook-call list is {height} px tall"
+    for column in ("latency", "runs"):
+        expect(page.locator(f"#result_list th.column-{column}")).to_be_in_viewport()
+    shoot(page, output_dir, "hook-calls")
+
+    page.goto(f"https://localhost:{hook_server.port}/admin/workflows/run/{held[0].pk}/change/")
+    for step in ("approve", "settle"):
+        expect(page.locator(f'tr[data-step="{step}"] td').nth(4)).to_have_text("-")
+    expect(page.locator('tr[data-step="notify"] td').nth(4)).to_have_text("0 of 4")
+    fits(page)
+    shoot(page, output_dir, "run")
+
+    page.goto(f"https://localhost:{hook_server.port}/admin/")
+    row.locator(f'input[name=run][value="{held[0].pk}"]').check()
+    page.select_option("#bulk-action", "approve")
+    page.click("#bulk-review")
+    warning = page.locator("#still-held")
+    expect(warning).to_contain_text("1 cluster will stay held after this")
+    expect(warning).to_contain_text(f"run {held[1].pk}")
+    expect(warning).to_contain_text(f"run {held[2].pk}")
+    fits(page)
+    shoot(page, output_dir, "bulk-confirm-still-held")

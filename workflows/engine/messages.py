@@ -11,6 +11,7 @@ Step types write their own progress and error messages (workflows/steps/).
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Sequence
 
 from django.conf import settings
@@ -49,6 +50,17 @@ def approve_command(run_id: int, step: str) -> str:
 
 def bypass_end_command(bypass_id: int) -> str:
     return command(f"workflows bypass --end {bypass_id} {REASON}")
+
+
+#: A hint in a message: from its "; " to its last quoted command ("; retry it with `...`",
+#: "; retry it with `...` or release the hold with `...`").
+_HINT = re.compile(r";[^;`]*`[^`]*`(?:[^;`]*`[^`]*`)*")
+
+
+def without_hints(message: str) -> str:
+    """`message` without the commands it suggests: what a table row shows, where the whole
+    command would take five lines and the row offers the action itself."""
+    return _HINT.sub("", message)
 
 
 # --- A run's message: what the hook answers while the run holds the lifecycle -------------

@@ -1,5 +1,6 @@
 """Reads for operators: runs by filter, a run with its steps and events, a hook call's preview,
-and the fleet (one row per cluster held) the admin's landing page shows.
+the step each run is at (for lists), a cluster's runs, a run's hook calls. The fleet's reads
+are workflows.operators.fleet's.
 
 The shapes returned are plain JSON-ready dicts in camelCase; `manage.py workflows`
 prints them as tables or as `-o json`, so scripts and people see the same fields. Every read
@@ -9,30 +10,24 @@ of runs takes the `actor` who asks and finds only what they may view
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 from typing import Any
 
 from django.db.models import (
     Case,
-    Count,
-    F,
     IntegerField,
     OuterRef,
-    Q,
     QuerySet,
     Subquery,
     Value,
     When,
-    Window,
 )
-from django.db.models.fields.json import KeyTextTransform, KeyTransform
-from django.db.models.functions import RowNumber
+from django.db.models.fields.json import KeyTextTransform
 
 from hooksvc.contract import wire
 from workflows.definitions import typed
 from workflows.hookpath import bypass as hook_bypass
-from workflows.hookpath import labelselector, selection
+from workflows.hookpath import selection
 from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
 from workflows.operators import access, bypasses, holding, states
 from workflows.steps import registry
@@ -278,65 +273,7 @@ def _covering_bypass(call: wire.HookCall) -> dict[str, Any] | None:
     }
 
 
-# --- The fleet: one row per cluster held ------------------------------------------------
-
-#: Finished runs that did not succeed stay on the fleet view this long after they ended.
-FLEET_RECENT = datetime.timedelta(hours=24)
-
-
-class FilterError(ValueError):
-    """A fleet filter that cannot be applied; the message says what is accepted."""
-
-
-@dataclasses.dataclass(frozen=True)
-class FleetFilter:
-    """What the fleet view narrows to; empty fields do not filter."""
-
-    namespace: str = ""
-    hook: str = ""
-    template: str = ""
-    #: `key=value`: the cluster's label, as the hook call carried it (the run's context).
-    label: str = ""
-    #: A display state (workflows/operators/states.py).
-    state: str = ""
-
-    def apply(self, runs: QuerySet[Run]) -> QuerySet[Run]:
-        """`runs` narrowed by every field but the state; FilterError for a malformed one."""
-        if self.namespace:
-            runs = runs.filter(cluster_namespace=self.namespace)
-        if self.hook:
-            runs = runs.filter(hook=self.hook)
-        if self.template:
-            runs = runs.filter(template_name=self.template)
-        if self.label:
-            key, equals, value = self.label.partition("=")
-            key = key.strip()
-            if not equals or not labelselector.is_key(key):
-                raise FilterError(f"label filter {self.label!r}: write it as key=value")
-            labels = KeyTransform("labels", KeyTransform("cluster", "context"))
-            runs = runs.alias(fleet_label=KeyTextTransform(key, labels)).filter(
-                fleet_label=value.strip()
-            )
-        return runs
-
-    def state_q(self) -> Q:
-        if not self.state:
-            return Q()
-        try:
-            return states.where(self.state)
-        except ValueError as exc:
-            raise FilterError(str(exc)) from None
-
-
-def fleet_runs(now: datetime.datetime, *, actor: access.Actor) -> QuerySet[Run]:
-    """Runs the fleet is about, of those `actor` may view: those holding a lifecycle, active
-    ones, and those that ended without success in the last FLEET_RECENT."""
-    recent = now - FLEET_RECENT
-    return Run.objects.filter(actor.where()).filter(
-        states.where_any(states.HOLDING)
-        | Q(state__in=Run.ACTIVE)
-        | (~Q(state=Run.State.SUCCEEDED) & Q(finished_at__gte=recent))
-    )
+# --- A run's current step, for lists -------------------------------------------------------
 
 
 def _current_step(field: str) -> Subquery:
@@ -379,78 +316,6 @@ def with_current_step(runs: QuerySet[Run]) -> QuerySet[Run]:
         step_retries=_current_step("retries"),
         step_due_at=_current_step("due_at"),
     )
-
-
-def held_first(now: datetime.datetime) -> Case:
-    # Held as the hook answers (holding.holds): a run of a hook CAPI does not wait for, or
-    # one past a Proceed deadline, is shown but not as blocking its cluster.
-    return Case(
-        When(holding.holds(now), then=Value(0)),
-        default=Value(1),
-        output_field=IntegerField(),
-    )
-
-
-def fleet_page(
-    filters: FleetFilter,
-    *,
-    actor: access.Actor,
-    now: datetime.datetime,
-    offset: int,
-    limit: int,
-) -> list[Run]:
-    """One page of the fleet in ONE query: per cluster the run held longest (holding runs
-    before the rest, oldest first), with its display state, current step and the number
-    of the cluster's runs on the fleet.
-
-    Each run carries `held` (0 while its answer holds the cluster's lifecycle),
-    `display_state`, `cluster_runs`, `step_name`, `step_type`, `step_state`, `step_message`
-    and `step_asks` (an approval's `with.message`).
-    """
-    population = (
-        filters.apply(fleet_runs(now, actor=actor))
-        .filter(filters.state_q())
-        .annotate(held=held_first(now))
-    )
-    ranked = population.annotate(
-        cluster_position=Window(
-            RowNumber(),
-            partition_by=[F("cluster_key")],
-            order_by=[F("held").asc(), F("created_at").asc(), F("pk").asc()],
-        ),
-        cluster_runs=Window(Count("pk"), partition_by=[F("cluster_key")]),
-    ).filter(cluster_position=1)
-    rows = with_current_step(states.annotate(ranked))
-    return list(rows.order_by(F("held"), F("created_at"), F("pk"))[offset : offset + limit])
-
-
-def fleet_counts(
-    filters: FleetFilter, *, actor: access.Actor, now: datetime.datetime
-) -> dict[str, int]:
-    """Runs on the fleet per display state (the state filter aside, so each count can be
-    clicked), and `clusters`: how many rows the fleet has with every filter."""
-    runs = filters.apply(fleet_runs(now, actor=actor))
-    # Aliases of their own: "released" is also a field of Run.
-    found = runs.aggregate(
-        **{f"n_{state}": Count("pk", filter=states.where(state)) for state in states.State.values},
-        clusters=Count("cluster_key", distinct=True, filter=filters.state_q() or None),
-    )
-    return {key.removeprefix("n_"): int(value) for key, value in found.items()}
-
-
-def fleet_choices(*, actor: access.Actor, now: datetime.datetime) -> dict[str, list[str]]:
-    """The namespaces and templates on the fleet, for its filter menus (one query)."""
-    pairs = (
-        fleet_runs(now, actor=actor)
-        .order_by()
-        .values_list("cluster_namespace", "template_name")
-        .distinct()
-    )
-    namespaces, templates = set(), set()
-    for namespace, template in pairs:
-        namespaces.add(namespace)
-        templates.add(template)
-    return {"namespaces": sorted(namespaces), "templates": sorted(templates)}
 
 
 def cluster_runs(namespace: str, name: str, *, actor: access.Actor) -> list[Run]:

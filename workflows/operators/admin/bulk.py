@@ -1,15 +1,19 @@
 """Bulk actions from the fleet view: choose, confirm with one reason, see each run's outcome.
 
-The fleet's form posts an action and either the rows ticked or the filter in force; the
+The fleet's form posts an action and either the runs ticked or the filter in force; the
 confirmation page lists exactly the runs that will be acted on (a filter is resolved
 there, to the runs the action applies to), with what each waits for or the error a retry
-would repeat. Confirming runs `workflows.operators.bulk.perform`, one transaction per run.
-Only runs the person may view are found, and a filter finds only those where their roles
-allow the action; a forged POST naming other runs gets those refused, run by run.
+would repeat, and warns of each cluster the action will not release: the other runs that
+still hold it (an approval of one run leaves a cluster held by two failed ones). Confirming
+runs `workflows.operators.bulk.perform`, one transaction per run. Only runs the person may
+view are found, and a filter finds only those where their roles allow the action; a forged
+POST naming other runs gets those refused, run by run.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 from collections.abc import Callable
 
 from django.contrib import admin, messages
@@ -19,33 +23,33 @@ from django.urls import reverse
 from django.utils import timezone
 
 from workflows.models import Run
-from workflows.operators import access, actions, bulk, selectors
-from workflows.operators.admin import common, fleet
+from workflows.operators import access, actions, bulk, fleet, selectors, states
+from workflows.operators.admin import common
+from workflows.operators.admin import fleet as fleet_page
 
 
 def _chosen(request: HttpRequest, action: str) -> tuple[list[Run], str]:
-    """The runs the form names (ticked rows, or the filter's runs the action applies to)."""
+    """The runs the form names (ticked runs, or those on the filter's view, all pages, that the
+    action applies to), with their display state and current step."""
+    now = timezone.now()
     actor = common.actor(request)
     if request.POST.get("scope") == "filter":
-        filters = fleet.filters_of(request.POST)
-        now = timezone.now()
+        filters = fleet_page.filters_of(request.POST)
         try:
             runs = (
-                filters.apply(selectors.fleet_runs(now, actor=actor))
-                .filter(filters.state_q())
+                fleet.shown_runs(filters, actor=actor, now=now)
                 .filter(bulk.applies(action))
                 .filter(actor.where(access.ACTIONS[action]))
             )
-        except selectors.FilterError as exc:
+        except fleet.FilterError as exc:
             return [], str(exc)
     else:
         ids = [int(v) for v in request.POST.getlist("run") if v.isdigit()]
         if not ids:
-            return [], "Tick the clusters to act on, or choose every cluster the filter finds."
+            return [], "Tick the runs to act on, or choose every run the filter finds."
         runs = Run.objects.filter(actor.where()).filter(pk__in=ids)
-    held = selectors.held_first(timezone.now())
     found = list(
-        selectors.with_current_step(runs.annotate(held=held)).order_by("created_at", "pk")[
+        selectors.with_current_step(states.annotate(runs)).order_by("created_at", "pk")[
             : bulk.LIMIT + 1
         ]
     )
@@ -54,6 +58,28 @@ def _chosen(request: HttpRequest, action: str) -> tuple[list[Run], str]:
     if len(found) > bulk.LIMIT:
         return [], f"More than {bulk.LIMIT} runs: narrow the filter."
     return found, ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterWarning:
+    """A cluster the action will not release: the runs that still hold it."""
+
+    cluster: str
+    #: Each run that will still hold it, with its display state.
+    runs: list[tuple[Run, states.State]]
+
+
+def _still_held(
+    runs: list[Run], actor: access.Actor, now: datetime.datetime
+) -> list[ClusterWarning]:
+    """The clusters of `runs` that other runs will still hold after the action (one query)."""
+    names = {r.cluster_key: f"{r.cluster_namespace}/{r.cluster_name}" for r in runs}
+    others = fleet.still_holding(runs, actor=actor, now=now)
+    return [
+        ClusterWarning(names[key], [(run, states.of(run)) for run in others[key]])
+        for key in names
+        if key in others
+    ]
 
 
 def bulk_view(site: admin.AdminSite) -> Callable[[HttpRequest], HttpResponse]:
@@ -97,7 +123,11 @@ def bulk_view(site: admin.AdminSite) -> Callable[[HttpRequest], HttpResponse]:
             }
             return TemplateResponse(request, "admin/workflows/bulk_done.html", context)
         now = timezone.now()
-        context |= {"rows": [fleet.row_of(run, now) for run in runs], "form": form}
+        context |= {
+            "rows": [fleet_page.run_line(run, now) for run in runs],
+            "still_held": _still_held(runs, common.actor(request), now),
+            "form": form,
+        }
         return TemplateResponse(request, "admin/workflows/bulk_confirm.html", context)
 
     return view
