@@ -3,8 +3,10 @@
 Covers: a run waiting for approval (the approval's own text, approve and release), a
 failed and a cancelled run (the step's error, retry and release), a running and a pending
 run (release), runs grouped by hook and moment, CAPI's last call, a deletion held by
-BeforeClusterDelete (CAPI's `ok-to-delete` annotation, only there), a cluster nothing
-holds, an unknown cluster and a malformed name (exit 1). That each suggested command runs
+BeforeClusterDelete (CAPI's `ok-to-delete` annotation, only there), runs that hold nothing
+listed apart with why, a step that keeps retrying (its last error and attempt count), a run
+waiting behind a failed workflow (that run's retry and release), a cluster nothing holds,
+an unknown cluster and a malformed name (exit 1). That each suggested command runs
 as printed is tests/workflows/test_hints.py's; CAPI's side of the annotation is cited there.
 """
 

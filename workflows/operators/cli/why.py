@@ -109,7 +109,9 @@ def _write_apart(stdout: OutputWrapper, runs: list[Run], now: datetime.datetime)
     if not runs:
         return
     stdout.write("")
-    stdout.write(f"{_count(len(runs))} of the cluster that hold nothing:")
+    stdout.write(
+        f"{_count(len(runs))} of the cluster that hold{'s' if len(runs) == 1 else ''} nothing:"
+    )
     for run in runs:
         held = holding.held(run, now)
         why_not = holding.never_holds(run) or (held.ended_by if held else "")
