@@ -66,7 +66,7 @@ def test_an_app_team_member_signs_in_through_the_provider_and_approves_their_clu
     page.get_by_role("button", name="Authorize").click()
 
     # Back in hooksvc, signed in: the fleet shows team-a's cluster and not team-b's.
-    rows = page.locator("#fleet tbody tr.hk-row")
+    rows = page.locator("#fleet tbody.hk-cluster")
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("team-a/team-a-prod")
     expect(page.locator("#user-tools")).to_contain_text("ann@example.com")

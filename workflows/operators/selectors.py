@@ -107,14 +107,17 @@ def retrying(
 _STOPPED = (Run.State.FAILED, Run.State.CANCELLED)
 
 
-def blocked_by(run: Run) -> Run | None:
+def blocked_by(run: Run, *, actor: access.Actor) -> Run | None:
     """The failed or cancelled run that keeps a pending `run` from starting (its waitFor),
-    by the rule of workflows.engine.scheduling's start check; None if none does."""
+    by the rule of workflows.engine.scheduling's start check; None if none does (or the
+    actor may not view it)."""
     spec = typed.of(run.spec)
     if run.state != Run.State.PENDING or not spec.holds_lifecycle:
         return None
     for other in spec.wait_for:
-        runs = Run.objects.filter(cluster_key=run.cluster_key, template_name=other)
+        runs = Run.objects.filter(actor.where()).filter(
+            cluster_key=run.cluster_key, template_name=other
+        )
         if runs.filter(state__in=Run.ACTIVE).exists():
             return None  # waiting for it to finish: nothing for a person to do
         latest = runs.order_by("-pk").first()

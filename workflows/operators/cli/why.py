@@ -67,9 +67,9 @@ def explain(stdout: OutputWrapper, options: dict[str, Any]) -> None:
             f"names it (`{messages.command('workflows list')}` shows the clusters with runs)"
         )
     unfinished = [r for r in runs if states.of(r) in states.HOLDING]
-    holding = [r for r in unfinished if _holds(r, now)]
+    held = [r for r in unfinished if _holds(r, now)]
     apart = [r for r in unfinished if not _holds(r, now)]
-    if not holding:
+    if not held:
         stdout.write(
             f"nothing holds cluster {namespace}/{name}: "
             + (f"none of its {len(runs)} runs holds a hook" if runs else "it has no runs")
@@ -77,9 +77,9 @@ def explain(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         _write_apart(stdout, apart, now)
         return
     groups: dict[tuple[str, str], list[Run]] = {}
-    for run in holding:
+    for run in held:
         groups.setdefault((run.hook, run.moment), []).append(run)
-    stdout.write(f"cluster {namespace}/{name}: held by {_count(len(holding))}")
+    stdout.write(f"cluster {namespace}/{name}: held by {_count(len(held))}")
     for (hook, moment), members in groups.items():
         stdout.write("")
         stdout.write(_group_line(hook, moment, members))
@@ -91,7 +91,7 @@ def explain(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         if asked:
             stdout.write(f"  {asked}")
         for run in members:
-            for line in _run_lines(run, now):
+            for line in _run_lines(run, now, actor):
                 stdout.write(f"  {line}")
         if hook == DELETE_HOOK:
             for line in _ok_to_delete(namespace, name):
@@ -168,7 +168,7 @@ def _time(moment: datetime.datetime) -> str:
     return moment.isoformat(timespec="seconds")
 
 
-def _run_lines(run: Run, now: datetime.datetime) -> list[str]:
+def _run_lines(run: Run, now: datetime.datetime, actor: access.Actor) -> list[str]:
     state = states.of(run)
     held = holding.held(run, now)
     held_for = f", held for {held.describe(now)}" if held is not None else ""
@@ -188,11 +188,13 @@ def _run_lines(run: Run, now: datetime.datetime) -> list[str]:
     if run.deadline_at is not None:
         lines.append(f"  deadline: {_time(run.deadline_at)}")
     lines.append("  ways out:")
-    lines.extend(f"    {way}" for way in _ways_out(run, state, steps))
+    lines.extend(f"    {way}" for way in _ways_out(run, state, steps, actor))
     return lines
 
 
-def _ways_out(run: Run, state: states.State, steps: list[StepRun]) -> list[str]:
+def _ways_out(
+    run: Run, state: states.State, steps: list[StepRun], actor: access.Actor
+) -> list[str]:
     ways = []
     if state == states.State.AWAITING_APPROVAL:
         for step in steps:
@@ -200,7 +202,7 @@ def _ways_out(run: Run, state: states.State, steps: list[StepRun]) -> list[str]:
                 ways.append(f"approve it:  {messages.approve_command(run.pk, step.name)}")
     if state in (states.State.FAILED, states.State.CANCELLED):
         ways.append(f"retry it:    {messages.retry_command(run.pk)}")
-    blocker = selectors.blocked_by(run) if state == states.State.PENDING else None
+    blocker = selectors.blocked_by(run, actor=actor) if state == states.State.PENDING else None
     if blocker is not None:
         # It starts once what it waits for is retried (and succeeds) or released.
         ways.append(f"retry what it waits for:    {messages.retry_command(blocker.pk)}")
