@@ -268,3 +268,30 @@ def test_runs_apart_stay_a_day_after_they_end_but_a_failed_run_holds_however_old
     assert [r.cluster_name for r in apart] == ["recent"]
     held = fleet.held_clusters(fleet.FleetFilter(), actor=everyone, now=now, offset=0, limit=9)
     assert [c.name for c in held] == ["stuck"]
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"),
+    [
+        (
+            messages.run_failed_at_step(7, "notify", "call", "HTTP 503: busy"),
+            "workflow notify failed at step call: HTTP 503: busy",
+        ),
+        (messages.run_cancelled(7, "notify"), "workflow notify was cancelled by an operator"),
+        (
+            messages.waiting_for_failed_workflow("addons", "cni", 7, "failed"),
+            "workflow addons is waiting for workflow cni (run 7), which failed",
+        ),
+        (
+            messages.run_holding_past_deadline(
+                "notify", messages.run_failed_at_step(7, "notify", "call", "HTTP 503")
+            ),
+            "workflow notify passed its deadline; holding: workflow notify failed at step call: "
+            "HTTP 503",
+        ),
+        ("workflow notify is running step call", "workflow notify is running step call"),
+    ],
+)
+def test_a_rows_why_is_the_message_without_its_suggested_commands(message: str, shown: str) -> None:
+    """Every message that carries a hint (workflows/engine/messages.py), as a row shows it."""
+    assert messages.without_hints(message) == shown
