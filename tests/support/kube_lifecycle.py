@@ -9,7 +9,11 @@ registry/store.go, `deletionFinalizersForGarbageCollection`). A Namespace turns
 removed its content; a second DELETE of it answers 409 (pkg/registry/core/namespace/
 storage/storage.go). A CustomResourceDefinition gets the `customresourcecleanup` finalizer
 (apiextensions-apiserver pkg/registry/customresourcedefinition/etcd.go; `kube_crds`
-finishes it).
+finishes it). A Pod bound to a Node and not yet ended is deleted gracefully
+(pkg/registry/core/pod/strategy.go, `CheckGracefulDelete`; rest/delete.go `BeforeDelete`):
+it gets a deletionTimestamp `terminationGracePeriodSeconds` (API default 30) ahead and
+`deletionGracePeriodSeconds`, and stays until its kubelet (`kube_kubelet`) has stopped its
+containers and deletes it with grace 0; an unbound or ended Pod goes at once.
 
 The two controllers below run in every emulated cluster, as kube-controller-manager's do:
 `NamespaceController` (pkg/controller/namespace/deletion/namespaced_resources_deleter.go)
@@ -44,10 +48,23 @@ CRD_CLEANUP = "customresourcecleanup.apiextensions.k8s.io"
 #: kube-apiserver refuses to delete these (the NamespaceLifecycle admission plugin).
 IMMORTAL = ("default", "kube-system", "kube-public")
 POLICIES = ("Background", "Foreground", "Orphan")
+PODS = ("", "pods")
+#: pkg/apis/core/v1/defaults.go: DefaultTerminationGracePeriodSeconds.
+DEFAULT_GRACE_SECONDS = 30
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _now(ahead: float = 0.0) -> str:
+    moment = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=ahead)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def grace_seconds(pod: JSON) -> int:
+    """The grace period a DELETE gives `pod`: 0 unless bound and not ended (CheckGracefulDelete)."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+        return 0
+    grace = spec.get("terminationGracePeriodSeconds")
+    return int(DEFAULT_GRACE_SECONDS if grace is None else grace)
 
 
 def _meta(obj: JSON) -> JSON:
@@ -121,8 +138,13 @@ def delete(store: Store, res: Resource, ns: str, name: str, policy: str | None =
     meta["finalizers"] = _gc_finalizers(list(meta.get("finalizers") or []), policy)
     if not meta["finalizers"]:
         del meta["finalizers"]
+    grace = 0
+    if kind == PODS and not meta.get("deletionTimestamp"):
+        grace = grace_seconds(new)
+        if grace:
+            meta["deletionGracePeriodSeconds"] = grace
     if held(res, new):
-        meta.setdefault("deletionTimestamp", _now())
+        meta.setdefault("deletionTimestamp", _now(grace))
         return store.write(res, new)
     store.remove(res, (res.group, res.plural, ns, name), old)
     return {

@@ -44,6 +44,7 @@ Key = tuple[str, str, str, str]
 CRD_GROUP = "apiextensions.k8s.io"
 CRDS = (CRD_GROUP, "customresourcedefinitions")
 NAMESPACES = ("", "namespaces")
+PODS = ("", "pods")
 #: The Namespace finalizer the namespace controller removes once the content is gone.
 NAMESPACE_FINALIZER = "kubernetes"
 
@@ -65,6 +66,16 @@ class Controller(Protocol):
     and acts through the store's methods as the real controller acts through the API."""
 
     def react(self, store: Store, change: Change) -> None: ...
+
+
+class Admission(Protocol):
+    """An admission plugin, switched on like a controller (`KubeEmulator.add_controller`):
+    it sees each create before it is stored, after NamespaceLifecycle, and may change the
+    object or refuse it with an `ApiError`, as kube-apiserver's admission chain does.
+    `shown` is the name its errors quote: the generateName while no name is generated yet
+    (apiserver pkg/admission/errors.go, `extractResourceName`)."""
+
+    def admit(self, store: Store, res: Resource, namespace: str, obj: JSON, shown: str) -> None: ...
 
 
 class SystemController(Controller, Protocol):
@@ -99,8 +110,11 @@ def condition_true(obj: JSON, kind: str) -> bool:
 
 
 def held(res: Resource, obj: JSON) -> bool:
-    """True while finalizers keep a deleted object (a Namespace's spec ones too)."""
+    """True while finalizers keep a deleted object (a Namespace's spec ones too), or while
+    a deleted Pod's grace period runs (its kubelet ends it: `kube_lifecycle.delete`)."""
     if _meta(obj).get("finalizers"):
+        return True
+    if (res.group, res.plural) == PODS and _meta(obj).get("deletionGracePeriodSeconds"):
         return True
     return (res.group, res.plural) == NAMESPACES and bool((obj.get("spec") or {}).get("finalizers"))
 
@@ -355,9 +369,14 @@ class Store:
 
     def create(self, res: Resource, ns: str, obj: JSON, *, verb: str = "create") -> JSON:
         """A POST (`verb` "create"), or a server-side apply that creates ("patch")."""
+        shown = _meta(obj).get("name") or _meta(obj).get("generateName") or ""
         key, obj = self._admit(res, ns, obj)
         validate(res.group, res.kind, obj)
         self._admit_create(res, ns, key[3], verb)
+        for controller in self.controllers:
+            admit = getattr(controller, "admit", None)
+            if admit is not None:
+                admit(self, res, ns, obj, shown)
         if key in self.objects:
             name = key[3]
             raise ApiError(

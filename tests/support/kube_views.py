@@ -2,7 +2,11 @@
 
 `tests.support.kube` serves these answers; `kube_store` holds the objects they are made of.
 Discovery lists a CustomResourceDefinition's resource only once it is Established, as
-apiextensions-apiserver's customresource_discovery_controller.go does.
+apiextensions-apiserver's customresource_discovery_controller.go does. The log of a Pod the
+emulator's kubelet runs follows the kubelet's `validateContainerLogStatus`
+(pkg/kubelet/kubelet_pods.go): a container that never ran has no log, and asking for it is
+a 400 whose message says why, as kube-apiserver passes the kubelet's answer on
+(apiserver pkg/registry/generic/rest/response_checker.go: 400 becomes BadRequest).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ def pod_log(store: Store, res: Resource, ns: str, name: str, query: Mapping[str,
         )
     if container and container not in names:
         raise ApiError(400, f"container {container} is not valid for pod {name}")
+    if refused := _no_log(pod, container or (names[0] if names else "")):
+        raise ApiError(400, refused)
     found = store.logs.get((ns, name, container or (names[0] if names else "")))
     if found is None and len(names) <= 1:
         found = store.logs.get((ns, name, ""))
@@ -42,6 +48,30 @@ def pod_log(store: Store, res: Resource, ns: str, name: str, query: Mapping[str,
     if limit := query.get("limitBytes"):
         text = text.encode()[: int(limit)].decode(errors="ignore")
     return text
+
+
+def _no_log(pod: JSON, container: str) -> str:
+    """Why the kubelet has no log of `container` ("" when it has one); only for Pods the
+    emulator's kubelet reports (a test that plays a Pod sets its log itself)."""
+    name = pod["metadata"]["name"]
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    found = next((s for s in statuses if s.get("name") == container), None)
+    if not (pod.get("spec") or {}).get("nodeName") or found is None:
+        return ""
+    state, last = found.get("state") or {}, (found.get("lastState") or {}).get("terminated")
+    terminated, waiting = state.get("terminated"), state.get("waiting")
+    if "running" in state or (terminated and terminated.get("containerID")):
+        return ""
+    if (terminated or waiting) and last and last.get("containerID"):
+        return ""
+    if terminated:
+        return f'container "{container}" in pod "{name}" is terminated'
+    reason = (waiting or {}).get("reason", "")
+    why = {
+        "ErrImagePull": "image can't be pulled",
+        "ImagePullBackOff": "trying and failing to pull image",
+    }.get(reason, reason)
+    return f'container "{container}" in pod "{name}" is waiting to start: {why}'
 
 
 def matcher(ns: str, query: Any) -> Callable[[JSON], bool]:
