@@ -22,7 +22,7 @@ import pytest
 
 from tests.steps.conftest import CLUSTER, CLUSTER_UID, NS, Context, run
 from tests.support import workflows as wf
-from tests.support.kube import KubeEmulator
+from tests.support.kube import KubeEmulator, eventually
 from tests.support.kube_workloads import Workloads
 from workflows import errors
 from workflows.models import Run, StepRun
@@ -67,6 +67,18 @@ PASSED_LOG = """\
 Ran 404 of 7197 Specs in 5011.002 seconds
 SUCCESS! -- 404 Passed | 0 Failed | 0 Pending | 6793 Skipped
 """
+
+
+def namespace_goes(kube: KubeEmulator, *, wait: bool = True) -> None:
+    """The step deleted its Namespace: terminating at once, gone once its Pod has stopped
+    (a running Pod is deleted gracefully; the kubelet stops it within the grace period,
+    30 s unscaled: `wait=False` for a test that runs the kubelet at that scale)."""
+    found = kube.get_object("", "v1", "namespaces", None, NAME)
+    assert found is None or found["metadata"].get("deletionTimestamp"), "not deleted"
+    if wait:
+        eventually(
+            "the Namespace to go", lambda: not kube.get_object("", "v1", "namespaces", None, NAME)
+        )
 
 
 def junit_xml(passed: int, failed: list[str], skipped: int) -> bytes:
@@ -292,7 +304,7 @@ def test_a_passing_run_reports_counts_and_cleans_up(
         "resultsFrom": "e2e log",
         "log": PASSED_LOG,
     }
-    assert kube.get_object("", "v1", "namespaces", None, NAME) is None
+    namespace_goes(kube)
     assert kube.get_object(*RBAC, None, NAME) is None
 
 
@@ -313,7 +325,7 @@ def test_failures_are_reported_with_their_names_and_cleaned_up(
     assert exc.value.output["failedTests"] == [SERVICES, PODS_TEST]
     assert (exc.value.output["passed"], exc.value.output["failed"]) == (402, 2)
     assert "Summarizing 2 Failures" in exc.value.output["log"]
-    assert kube.get_object("", "v1", "namespaces", None, NAME) is None
+    namespace_goes(kube)
     assert kube.get_object(*RBAC, None, NAME) is None
 
 
@@ -416,7 +428,7 @@ def test_a_runner_that_ended_is_read_after_a_few_polls_when_its_results_never_co
     assert exc.value.output["phase"] == "Failed"
     assert exc.value.output["junitError"] == "the results container printed no JUnit file"
     assert exc.value.output["failedTests"] == [SERVICES, PODS_TEST]
-    assert kube.get_object("", "v1", "namespaces", None, NAME) is None
+    namespace_goes(kube)
 
 
 def test_parse_results_takes_the_last_summary() -> None:

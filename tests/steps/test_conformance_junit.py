@@ -25,6 +25,7 @@ from tests.steps.test_conformance import (
     conf,
     end_pod,
     junit_xml,
+    namespace_goes,
     results_log,
     steps,  # noqa: F401 (a fixture, used by name)
 )
@@ -67,7 +68,7 @@ def test_failures_are_read_from_the_junit_file_which_is_kept_with_the_run(
         len(JUNIT),
     )
     assert bytes(artifact.content) == JUNIT
-    assert kube.get_object("", "v1", "namespaces", None, NAME) is None
+    namespace_goes(kube)
 
 
 @pytest.mark.django_db

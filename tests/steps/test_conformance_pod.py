@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.steps.conftest import Context, run
-from tests.steps.test_conformance import NAME, RESTRICTED, conf
+from tests.steps.test_conformance import NAME, RESTRICTED, conf, namespace_goes
 from tests.support import kube_workloads, pod_security
 from tests.support.kube import KubeEmulator
 from tests.support.kube_workloads import Workloads, node
@@ -200,7 +200,7 @@ def test_a_pod_no_node_tolerates_fails_after_the_grace_with_the_reason(
     assert exc.value.output["stuck"]["detail"].startswith(
         "0/1 nodes are available: 1 node(s) had untolerated taint"
     )
-    assert kube.get_object("", "v1", "namespaces", None, NAME) is None
+    namespace_goes(kube)
     assert (
         kube.get_object("rbac.authorization.k8s.io", "v1", "clusterrolebindings", None, NAME)
         is None
@@ -242,7 +242,7 @@ def test_an_image_that_cannot_be_pulled_fails_after_the_grace_not_the_timeout(
         "reason": "ImagePullBackOff",
         "detail": f'Back-off pulling image "{IMAGE}"',
     }
-    assert kube.get_object("", "v1", "namespaces", None, NAME) is None
+    namespace_goes(kube, wait=False)
 
 
 def test_trouble_that_clears_within_the_grace_is_forgotten(
@@ -273,16 +273,92 @@ def test_trouble_that_clears_within_the_grace_is_forgotten(
 @pytest.mark.parametrize(
     ("tolerations", "error"),
     [
-        ([{"operator": "Maybe"}], "tolerations.0.operator: must be Exists or Equal"),
-        (["all"], "tolerations.0: must be an object"),
         (
-            [{"key": "a", "effect": "Sometimes"}],
-            "tolerations.0.effect: must be NoSchedule, PreferNoSchedule or NoExecute",
+            [{"operator": "Exists", "value": "x"}],
+            "tolerations.0.operator: value must be empty when `operator` is 'Exists'",
         ),
+        (
+            [{"operator": "Equal", "value": "x"}],
+            "tolerations.0.operator: operator must be Exists when `key` is empty, which means"
+            ' "match all values and all keys"',
+        ),
+        (
+            [{"key": "", "value": "x"}],
+            "tolerations.0.operator: operator must be Exists when `key` is empty, which means"
+            ' "match all values and all keys"',
+        ),
+        (
+            [{"key": "k", "operator": "Exists", "tolerationSeconds": 30}],
+            "tolerations.0.effect: effect must be 'NoExecute' when `tolerationSeconds` is set",
+        ),
+        (
+            [{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 3}],
+            "tolerations.0.effect: effect must be 'NoExecute' when `tolerationSeconds` is set",
+        ),
+        (
+            [{"key": "k", "operator": "Maybe"}],
+            'tolerations.0.operator: Unsupported value: "Maybe": supported values: "Equal",'
+            ' "Exists"',
+        ),
+        (
+            [{"key": "k", "operator": "Exists", "effect": "Sometimes"}],
+            'tolerations.0.effect: Unsupported value: "Sometimes": supported values:'
+            ' "NoSchedule", "PreferNoSchedule", "NoExecute"',
+        ),
+        (
+            [{"key": "bad key", "operator": "Exists"}],
+            "tolerations.0.key: must be a qualified name: at most 63 alphanumeric characters,"
+            " '-', '_' or '.', starting and ending with an alphanumeric one, with an optional"
+            " DNS subdomain prefix and '/'",
+        ),
+        (
+            [{"key": "k", "value": "two words"}],
+            "tolerations.0.operator: a valid label value must be an empty string or at most 63"
+            " alphanumeric characters, '-', '_' or '.', starting and ending with an"
+            " alphanumeric one",
+        ),
+        (
+            [{"operator": "Exists"}, {"key": "k", "operator": "Exists", "tolerationSeconds": "5"}],
+            "tolerations.1.tolerationSeconds: must be an integer",
+        ),
+        (["all"], "tolerations.0: must be an object"),
         ([{"operator": "Exists", "seconds": 3}], "tolerations.0.seconds: unknown field"),
     ],
 )
 def test_bad_tolerations_are_refused_at_apply(tolerations: list[Any], error: str) -> None:
+    """kube-apiserver refuses these with 422 when the Pod is created (kubernetes v1.33
+    pkg/apis/core/validation/validation.go, `ValidateTolerations`, `validateTaintEffect`;
+    apimachinery `IsQualifiedName`, `IsValidLabelValue`): `Exists` with a value, an empty key
+    without `Exists`, `tolerationSeconds` without `NoExecute`, an unknown operator or
+    effect, a key or value that is no label key or value. The template is refused when it is
+    applied, with the field and the API server's words, before any object is made."""
     with pytest.raises(registry.ParamError) as exc:
         registry.validate("conformance", {"tolerations": tolerations}, hook="AfterClusterUpgrade")
     assert str(exc.value) == error
+
+
+@pytest.mark.parametrize(
+    "tolerations",
+    [
+        [{"operator": "Exists"}],
+        [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}],
+        [{"key": "dedicated", "value": "conformance", "effect": "NoSchedule"}],
+        [{"key": "example.com/gpu", "operator": "Equal", "value": "", "effect": "NoSchedule"}],
+        [
+            {
+                "key": "node.kubernetes.io/unreachable",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            }
+        ],
+        [{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0}],
+    ],
+)
+def test_good_tolerations_are_accepted(tolerations: list[Any]) -> None:
+    """What ValidateTolerations accepts (same source): including Kubernetes' own defaults
+    (the not-ready/unreachable NoExecute tolerations with tolerationSeconds 300)."""
+    params = registry.validate(
+        "conformance", {"tolerations": tolerations}, hook="AfterClusterUpgrade"
+    )
+    assert params["tolerations"] == tolerations

@@ -38,11 +38,19 @@ PARAMS: dict[str, Any] = {
     "namespace": "ops",
     "backoffLimit": 2,
 }
+MIGRATOR = {
+    "apiVersion": "v1",
+    "kind": "ServiceAccount",
+    "metadata": {"name": "migrator", "namespace": "ops"},
+}
 
 
 @pytest.fixture(autouse=True)
 def ops(kube: KubeEmulator) -> None:
+    """The Job's namespace and its ServiceAccount (the ServiceAccount admission plugin
+    refuses a pod whose ServiceAccount does not exist)."""
     kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ops"}})
+    kube.put_object(MIGRATOR)
 
 
 def job_pods(kube: KubeEmulator) -> list[dict[str, Any]]:
@@ -144,7 +152,7 @@ def test_a_job_that_fails_past_its_backoff_limit_fails_the_step_with_its_log_tai
     workloads.wait("Failed", lambda: "Failed" in conditions(kube))
     with pytest.raises(errors.PermanentError) as exc:
         run(ctx)
-    assert exc.value.message == f"Job ops/{NAME} failed"
+    assert exc.value.message == f"Job ops/{NAME} failed (BackoffLimitExceeded)"
     assert exc.value.output is not None
     assert exc.value.output["failed"] == 3
     assert exc.value.output["log"] == "error: relation users does not exist\n"
@@ -189,7 +197,7 @@ def test_an_image_that_cannot_be_pulled_fails_the_step_after_the_grace(
     assert run(ctx) == registry.Poll(
         after=10,
         message=(
-            f"Job ops/{NAME} is running: container job cannot pull its image (ImagePullBackOff)"
+            f"Job ops/{NAME} is waiting: container job cannot pull its image (ImagePullBackOff)"
         ),
     )
     monkeypatch.setattr(pods, "clock", lambda: 1059.0)

@@ -54,7 +54,10 @@ def test_a_failed_job_fails_the_run_and_its_log_tail_is_kept(
     scheduling.run_step(StepRun.objects.get(run=run).pk)
     run.refresh_from_db()
     step = StepRun.objects.get(run=run)
-    assert (step.state, step.message) == ("failed", f"Job {NS}/{name} failed")
+    assert (step.state, step.message) == (
+        "failed",
+        f"Job {NS}/{name} failed (BackoffLimitExceeded)",
+    )
     assert step.output["log"] == "step 3 of 3: exit 1\n"
     assert run.state == "failed"
 

@@ -8,17 +8,21 @@ E2E_PARALLEL means parallel only for `y`/`true`, and then it also skips `[Serial
 E2E_SKIP is empty, so the step never sets it: `parallelism` N > 1 becomes `--procs=N` as
 Hydrophone passes it, and `serialTests` alone decides whether `[Serial]` specs are skipped.
 Both containers run as Hydrophone's do, within PodSecurity `restricted`, and the Pod
-tolerates every taint unless the template says otherwise. A container that cannot pull its
-image or keeps crashing, or a Pod that cannot be scheduled, fails the step once that lasted
-`stuckGraceSeconds` (see `pods`). A second container, `results` (busybox),
-shares the results directory and prints the runner's JUnit file into its log once the
-runner is done (see `junit`): there is no exec without websockets, but a log can be read.
+tolerates every taint unless the template says otherwise (its tolerations are checked when
+the template is applied, as kube-apiserver checks them: `tolerations`). A Pod the API server
+refuses (403: a quota, a policy; tried again at each poll), a Pod that cannot be scheduled,
+or a container that cannot be pulled, configured, created or started or keeps crashing fails
+the step once that lasted `stuckGraceSeconds` (see `pods`). A second container, `results`
+(busybox), shares the results directory and prints the runner's JUnit file into its log
+once the runner is done (see `junit`): there is no exec without websockets, but a log can be
+read.
 When the runner ends, the counts and the failed tests' names come from that JUnit file,
 which is kept with the run (a `StepArtifact`); without a readable JUnit file they come from
 the e2e log summary in the runner's log. An allowlist of known-flaky tests and a pass
 threshold decide success. Whatever the outcome, the step deletes the Namespace and the
 ClusterRoleBinding before it reports it; when the engine fails the step itself (timeout,
-retries spent) or an operator cancels it, `cleanup` does.
+retries spent, an error it raised) or an operator cancels it, `cleanup` does, whether or not
+the Pod was ever created: the cluster-admin binding must not outlive the step.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 from workflows import errors
 from workflows.kube import k8s
-from workflows.steps import artifacts, junit, objects, pods, registry
+from workflows.steps import artifacts, junit, objects, pods, registry, tolerations
 
 RBAC_API = "rbac.authorization.k8s.io/v1"
 SERVICE_ACCOUNT = "conformance"
@@ -54,7 +58,6 @@ SERIAL_SKIP = r"\[Serial\]"
 TOLERATE_ALL = ({"operator": "Exists"},)
 #: Hydrophone's user (nobody) for both containers: PodSecurity `restricted` needs non-root.
 RUN_AS_USER = 65534
-_TOLERATION_FIELDS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 
 # Ginkgo's summary: "Ran 402 of 7000 Specs ...", then "FAIL! -- 400 Passed | 2 Failed |
 # 0 Pending | 6598 Skipped"; before it "Summarizing 2 Failures:" and one "[FAIL] ..." line each.
@@ -62,26 +65,6 @@ _COUNTS = re.compile(
     r"(\d+) Passed \| (\d+) Failed \| (?:\d+ Flaked \| )?(\d+) Pending \| (\d+) Skipped"
 )
 _FAILURE = re.compile(r"^\s*\[(?:FAIL|TIMEDOUT|PANICKED|INTERRUPTED)\]\s+(.*\S)\s*$")
-
-
-def _check_tolerations(value: list[Any]) -> list[dict[str, Any]]:
-    """Pod tolerations: objects of key, operator (Exists, Equal), value, effect."""
-    for index, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise registry.ParamError(str(index), "must be an object")
-        unknown = sorted(set(item) - _TOLERATION_FIELDS)
-        if unknown:
-            raise registry.ParamError(f"{index}.{unknown[0]}", "unknown field")
-        if item.get("operator", "Equal") not in ("Exists", "Equal"):
-            raise registry.ParamError(f"{index}.operator", "must be Exists or Equal")
-        if item.get("effect", "") not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
-            raise registry.ParamError(
-                f"{index}.effect", "must be NoSchedule, PreferNoSchedule or NoExecute"
-            )
-        for field in ("key", "value"):
-            if not isinstance(item.get(field, ""), str):
-                raise registry.ParamError(f"{index}.{field}", "must be a string")
-    return value
 
 
 def _check_threshold(value: float) -> float:
@@ -106,13 +89,15 @@ PARAMS = {
     #: `skip`: they are skipped.
     "serialTests": registry.Param(str, default="run", choices=("run", "skip")),
     #: The Pod's tolerations; by default every taint is tolerated, as Hydrophone does.
+    #: Checked when the template is applied, as kube-apiserver checks them (`tolerations`).
     "tolerations": registry.Param(
         list,
         default=list(TOLERATE_ALL),
-        check=_check_tolerations,
+        check=tolerations.check,
         items=registry.Param(dict),
     ),
-    #: How long a container may wait unpulled or crashing, or the Pod unscheduled.
+    #: How long the Pod may be refused by the API server or stay unscheduled, or a
+    #: container wait unpulled, unable to start or crashing, before the step fails.
     "stuckGraceSeconds": registry.Param((int, float), default=300, minimum=0),
     #: Test names (or parts of them) whose failure does not count.
     "flakyAllowlist": registry.Param(
@@ -148,7 +133,10 @@ def _names(ctx: registry.StepContext) -> dict[str, str]:
     return {"namespace": name, "clusterRoleBinding": name}
 
 
-def _create(ctx: registry.StepContext, api: k8s.ApiClient, image: str, results_image: str) -> None:
+def _create(
+    ctx: registry.StepContext, api: k8s.ApiClient, image: str, results_image: str
+) -> pods.Trouble | None:
+    """Everything the tests need, the Pod last; the trouble if the API server refused it."""
     names = _names(ctx)
     ns, labels = names["namespace"], objects.labels(ctx)
     objects.ensure(
@@ -215,7 +203,15 @@ def _create(ctx: registry.StepContext, api: k8s.ApiClient, image: str, results_i
             "volumes": [{"name": "results", "emptyDir": {}}],
         },
     }
-    objects.ensure(api, objects.path("v1", "pods", ns), pod, what=f"Pod {ns}/{POD}")
+    try:
+        objects.ensure(api, objects.path("v1", "pods", ns), pod, what=f"Pod {ns}/{POD}")
+    except k8s.Forbidden as exc:
+        if exc.status != 403:
+            raise
+        # Admission refused it (a quota, a policy): that can pass, so it is trouble with a
+        # grace, not a failure; a 422 (invalid) cannot, and fails the step.
+        return pods.refused(exc)
+    return None
 
 
 def runner_env(params: Mapping[str, Any]) -> dict[str, str]:
@@ -271,9 +267,13 @@ def _delete(ctx: registry.StepContext, api: k8s.ApiClient) -> None:
 
 
 def cleanup(ctx: registry.StepContext) -> None:
-    """Deletes the Namespace and the ClusterRoleBinding (the engine's timeout path)."""
-    if ctx.memo.get("image"):
-        _delete(ctx, objects.workload(ctx))
+    """Deletes the Namespace and the ClusterRoleBinding (timeout, failure, cancel).
+
+    Whatever the memo says: an attempt may have made the Namespace, the ServiceAccount and
+    the cluster-admin binding and then failed (its Pod refused) or died before it recorded
+    anything. The names are the run's and step's, and deleting what is gone is a no-op.
+    """
+    _delete(ctx, objects.workload(ctx))
 
 
 def parse_results(log: str) -> dict[str, Any]:
@@ -327,10 +327,10 @@ def _read_junit(ctx: registry.StepContext, api: k8s.ApiClient) -> tuple[dict[str
     fails to parse: a platform engineer may want to look at it.
     """
     ns = _names(ctx)["namespace"]
-    log = k8s.call(
-        k8s.core(api).read_namespaced_pod_log,
-        POD,
+    log = pods.log(
+        api,
         ns,
+        POD,
         container=RESULTS,
         limit_bytes=junit.LOG_LIMIT_BYTES,
         what=f"log of Pod {ns}/{POD} container {RESULTS}",
@@ -365,13 +365,8 @@ def _runner(pod: objects.JSON) -> objects.JSON:
 def _finish(ctx: registry.StepContext, api: k8s.ApiClient, phase: str) -> None:
     """Read the results of the ended runner into memo["result"]."""
     ns = _names(ctx)["namespace"]
-    log = k8s.call(
-        k8s.core(api).read_namespaced_pod_log,
-        POD,
-        ns,
-        container=RUNNER,
-        tail_lines=LOG_LINES,
-        what=f"log of Pod {ns}/{POD}",
+    log = pods.log(
+        api, ns, POD, container=RUNNER, tail_lines=LOG_LINES, what=f"log of Pod {ns}/{POD}"
     )
     info, results = _read_junit(ctx, api)
     source = "junit"
@@ -440,6 +435,36 @@ def _observe(ctx: registry.StepContext, api: k8s.ApiClient) -> registry.Poll | N
     return None
 
 
+def _start(ctx: registry.StepContext, api: k8s.ApiClient) -> registry.Poll | None:
+    """Create what the tests need; memo["image"] once the Pod exists."""
+    image = ctx.params.get("image") or f"{ctx.params['registry']}/conformance:{_version(ctx)}"
+    results_image = ctx.params.get("resultsImage") or f"{ctx.params['registry']}/{RESULTS_IMAGE}"
+    refused = _create(ctx, api, image, results_image)
+    if refused is None:
+        ctx.memo["image"] = image
+        return None
+    return _refused(ctx, refused, image)
+
+
+def _refused(ctx: registry.StepContext, found: pods.Trouble, image: str) -> registry.Poll | None:
+    """A Poll while the API server refuses the Pod within the grace; else None, with the
+    failure in memo["result"]."""
+    output = {"image": image, **_run_output(ctx.params)}
+    if not pods.stuck(ctx.memo, found, ctx.params["stuckGraceSeconds"]):
+        return registry.Poll(
+            after=ctx.params["pollSeconds"],
+            message=f"conformance Pod is not created yet: {found.describe()}",
+            output=output,
+        )
+    ns = _names(ctx)["namespace"]
+    ctx.memo["result"] = {
+        "ok": False,
+        "message": f"conformance Pod {ns}/{POD}: {found.describe()}",
+        "output": {**output, "stuck": found.output()},
+    }
+    return None
+
+
 @registry.step_type(
     "conformance",
     params=PARAMS,
@@ -450,16 +475,9 @@ def conformance(ctx: registry.StepContext) -> registry.Outcome:
     """Runs the Kubernetes conformance tests in the workload cluster."""
     api = objects.workload(ctx)
     if "result" not in ctx.memo:
-        if not ctx.memo.get("image"):
-            image = (
-                ctx.params.get("image") or f"{ctx.params['registry']}/conformance:{_version(ctx)}"
-            )
-            results_image = (
-                ctx.params.get("resultsImage") or f"{ctx.params['registry']}/{RESULTS_IMAGE}"
-            )
-            _create(ctx, api, image, results_image)
-            ctx.memo["image"] = image
-        waiting = _observe(ctx, api)
+        waiting = None if ctx.memo.get("image") else _start(ctx, api)
+        if waiting is None and "result" not in ctx.memo:
+            waiting = _observe(ctx, api)
         if waiting is not None:
             return waiting
     # The outcome is kept before the cleanup: if deleting fails, the retry only deletes.

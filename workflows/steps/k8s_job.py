@@ -1,20 +1,28 @@
 """`k8s_job`: runs a batch/v1 Job in the management or the workload cluster.
 
 The Exec handler of hooksvc, as Kubernetes' container lifecycle hooks have one: for anything
-the built-in steps do not cover, run a container. Done when the Job succeeds, failed when
-it fails (a `Failed` condition, or more failed pods than `backoffLimit` allows); the output
-keeps the tail of its pod's log either way. The Job is named after the run and step, so a
-repeated start finds it instead of starting a second one. A Job still running when its step
-is cancelled or times out is deleted (`cleanup`); a finished one stays for its TTL.
+the built-in steps do not cover, run a container. The Job is named after the run and step,
+so a repeated start finds it instead of starting a second one. Its outcome is read from the
+conditions the Job controller writes (kubernetes v1.33 pkg/controller/job/job_controller.go):
+done at `SuccessCriteriaMet` (or `Complete`), failed at `FailureTarget` (or `Failed`) with
+the controller's reason (`BackoffLimitExceeded`, `DeadlineExceeded`, `PodFailurePolicy`) in
+the message; since v1.31 the terminal condition waits for the pods to stop, the first one
+does not. The output keeps the tail of the newest pod's log either way (none if its
+container never ran), and how its container ended.
 
-Following the Jobs documentation (kubernetes.io/docs/concepts/workloads/controllers/job/):
-the Job's `podFailurePolicy` ignores Pods that failed because they were disrupted
+The Job's `podFailurePolicy` ignores pods that failed because they were disrupted
 (`DisruptionTarget`: preemption, eviction, a Node drained), so an upgrade that drains Nodes
 does not spend `backoffLimit`; the TTL-after-finished controller deletes a finished Job
 `ttlSecondsAfterFinished` after it ends (ttlafterfinished), so a TTL shorter than the poll
 interval is refused when the template is applied: the Job could vanish before the step reads
-its outcome. A Pod whose image cannot be pulled (or that cannot be scheduled, or keeps
-crashing) fails the step after `stuckGraceSeconds` (see `pods`), and its Job is deleted.
+its outcome.
+
+A pod that will not start by waiting fails the step after `stuckGraceSeconds` (see `pods`),
+and its Job is deleted: the API server refuses to create it (the Job controller records
+`FailedCreate` Events on the Job and sets no condition, trying again forever), it cannot be
+scheduled, or its container cannot be pulled, configured, created or started. A Job still
+running when its step is cancelled or times out is deleted (`cleanup`); a finished one stays
+for its TTL.
 """
 
 from __future__ import annotations
@@ -51,8 +59,8 @@ PARAMS = {
     "ttlSecondsAfterFinished": registry.Param(int, default=86400, minimum=0),
     "logLines": registry.Param(int, default=50, minimum=1),
     "pollSeconds": registry.Param((int, float), default=10, minimum=1),
-    #: How long the Job's Pod may wait with an image it cannot pull (or unscheduled, or
-    #: crashing) before the step fails.
+    #: How long the Job's pod may go uncreated (FailedCreate), unscheduled, unpulled or
+    #: unable to start before the step fails (see `pods`).
     "stuckGraceSeconds": registry.Param((int, float), default=300, minimum=0),
 }
 
@@ -130,38 +138,49 @@ def _age(pod: objects.JSON) -> tuple[str, bool, str]:
     return pod["metadata"].get("creationTimestamp", ""), not disrupted, max(ends, default="~")
 
 
-def _log_tail(ctx: registry.StepContext, api: k8s.ApiClient, name: str) -> str:
+def _log_tail(ctx: registry.StepContext, api: k8s.ApiClient, found: list[objects.JSON]) -> str:
     """The end of the newest pod's log; "" when there is no pod or no log (yet)."""
-    ns = ctx.params["namespace"]
-    found = _pods(ctx, api, name)
     if not found:
         return ""
-    pod = found[-1]["metadata"]["name"]
-    try:
-        text = k8s.call(
-            k8s.core(api).read_namespaced_pod_log,
-            pod,
-            ns,
-            tail_lines=ctx.params["logLines"],
-            what=f"log of Pod {ns}/{pod}",
-        )
-    except k8s.NotFound:
-        return ""
-    return objects.tail(str(text or ""), LOG_CHARS)
+    ns, pod = ctx.params["namespace"], found[-1]["metadata"]["name"]
+    tail = pods.log(api, ns, pod, tail_lines=ctx.params["logLines"], what=f"log of Pod {ns}/{pod}")
+    return objects.tail(tail, LOG_CHARS)
 
 
-def _condition(job: objects.JSON, kind: str) -> bool:
-    conditions = (job.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+def _ended(found: list[objects.JSON]) -> dict[str, Any]:
+    """How the newest pod's container ended (exitCode, reason), for the output; {} if not."""
+    for pod in reversed(found):
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (status.get("state") or {}).get("terminated") or {}
+            if terminated:
+                ended = {k: terminated[k] for k in ("exitCode", "reason") if k in terminated}
+                message = str(terminated.get("message") or "")[: pods.DETAIL_CHARS]
+                return {**ended, "message": message} if message else ended
+    return {}
 
 
-def _failed(ctx: registry.StepContext, job: objects.JSON) -> bool:
-    failed = int((job.get("status") or {}).get("failed") or 0)
-    return _condition(job, "Failed") or failed >= ctx.params["backoffLimit"] + 1
+def outcome(job: objects.JSON) -> tuple[str, objects.JSON] | None:
+    """("succeeded" | "failed", the condition) once the Job controller has decided, else None.
 
-
-def _succeeded(job: objects.JSON) -> bool:
-    return _condition(job, "Complete") or int((job.get("status") or {}).get("succeeded") or 0) > 0
+    Since Kubernetes v1.31 the controller first writes `SuccessCriteriaMet` or
+    `FailureTarget` and adds the terminal `Complete` or `Failed` only once the Job's pods
+    have stopped (job_controller.go, `delayTerminalCondition`): the outcome is known from the
+    first, and a Job with `FailureTarget` is failing, not running.
+    """
+    conditions = {
+        c.get("type"): c
+        for c in (job.get("status") or {}).get("conditions") or []
+        if c.get("status") == "True"
+    }
+    for kind, result in (
+        ("Complete", "succeeded"),
+        ("SuccessCriteriaMet", "succeeded"),
+        ("Failed", "failed"),
+        ("FailureTarget", "failed"),
+    ):
+        if kind in conditions:
+            return result, conditions[kind]
+    return None
 
 
 def cleanup(ctx: registry.StepContext) -> None:
@@ -172,18 +191,50 @@ def cleanup(ctx: registry.StepContext) -> None:
     ns, name = ctx.params["namespace"], ctx.object_name()
     path = objects.path(BATCH_API, "jobs", ns, name)
     job = objects.get(api, path, what=f"Job {ns}/{name}")
-    if job is not None and not _succeeded(job) and not _failed(ctx, job):
+    if job is not None and outcome(job) is None:
         objects.delete(api, path, what=f"Job {ns}/{name}")
 
 
-def _trouble(ctx: registry.StepContext, api: k8s.ApiClient, name: str) -> pods.Trouble | None:
-    """Why the Job's running pod does not start, if it does not."""
+def _failed_create(
+    ctx: registry.StepContext, api: k8s.ApiClient, job: objects.JSON, since: str
+) -> pods.Trouble | None:
+    """The Job controller's latest `FailedCreate` Event on this Job, if none of its pods is
+    newer: the API server refuses the pod (a missing ServiceAccount, a quota, a policy)."""
+    ns, uid = ctx.params["namespace"], job["metadata"]["uid"]
+    selector = f"involvedObject.uid={uid},reason=FailedCreate"
+    found = k8s.request(
+        api,
+        "GET",
+        objects.path("v1", "events", ns),
+        query=[("fieldSelector", selector)],
+        what=f"Events of Job {ns}/{job['metadata']['name']}",
+    )["items"]
+    latest = max(
+        found,
+        key=lambda e: (e.get("lastTimestamp") or "", int(e.get("count") or 0)),
+        default=None,
+    )
+    # Timestamps have whole seconds: an Event of the second the newest pod was made counts.
+    if latest is None or (latest.get("lastTimestamp") or "") < since:
+        return None
+    return pods.Trouble("FailedCreate", detail=str(latest.get("message") or ""))
+
+
+def _trouble(
+    ctx: registry.StepContext, api: k8s.ApiClient, job: objects.JSON, found: list[objects.JSON]
+) -> pods.Trouble | None:
+    """Why the Job's pod does not start: its newest running pod's trouble, or, with none
+    running, why the Job controller cannot create one."""
     running = [
         p
-        for p in _pods(ctx, api, name)
+        for p in found
         if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        and not p["metadata"].get("deletionTimestamp")
     ]
-    return pods.trouble(running[-1]) if running else None
+    if running:
+        return pods.trouble(running[-1])
+    since = max((p["metadata"].get("creationTimestamp", "") for p in found), default="")
+    return _failed_create(ctx, api, job, since)
 
 
 @registry.step_type("k8s_job", params=PARAMS, check=check, cleanup=cleanup)
@@ -200,23 +251,36 @@ def k8s_job(ctx: registry.StepContext) -> registry.Outcome:
     if job is None:
         raise errors.PermanentError(f"{what} was deleted before the step read its outcome")
     status = job.get("status") or {}
-    succeeded, failed = int(status.get("succeeded") or 0), int(status.get("failed") or 0)
+    # A pod the controller counted but whose finalizer it has not removed yet is in
+    # uncountedTerminatedPods, not yet in succeeded/failed (trackJobStatusAndRemoveFinalizers).
+    uncounted = status.get("uncountedTerminatedPods") or {}
     output: dict[str, Any] = {
         "job": {"namespace": ns, "name": name},
-        "succeeded": succeeded,
-        "failed": failed,
+        **{
+            kind: int(status.get(kind) or 0) + len(uncounted.get(kind) or [])
+            for kind in ("succeeded", "failed")
+        },
     }
-    if _succeeded(job):
-        return registry.Done({**output, "log": _log_tail(ctx, api, name)})
-    if _failed(ctx, job):
-        output["log"] = _log_tail(ctx, api, name)
-        raise errors.PermanentError(f"{what} failed", output=output)
-    found = _trouble(ctx, api, name)
-    if pods.stuck(ctx.memo, found, ctx.params["stuckGraceSeconds"]) and found is not None:
-        # Nothing will change by waiting: stop the Job rather than leave its pod waiting.
+    found = _pods(ctx, api, name)
+    decided = outcome(job)
+    if decided is not None:
+        result, condition = decided
+        output["condition"] = {k: condition.get(k, "") for k in ("type", "reason", "message")}
+        output["log"] = _log_tail(ctx, api, found)
+        if result == "succeeded":
+            return registry.Done(output)
+        if ended := _ended(found):
+            output["container"] = ended
+        reason = str(condition.get("reason") or "")
+        raise errors.PermanentError(
+            f"{what} failed" + (f" ({reason})" if reason else ""), output=output
+        )
+    trouble = _trouble(ctx, api, job, found)
+    if pods.stuck(ctx.memo, trouble, ctx.params["stuckGraceSeconds"]) and trouble is not None:
+        # Nothing will change by waiting: stop the Job rather than leave it trying.
         objects.delete(api, path, what=what)
         raise errors.PermanentError(
-            f"{what} is stuck: {found.describe()}", output={**output, "stuck": found.output()}
+            f"{what} is stuck: {trouble.describe()}", output={**output, "stuck": trouble.output()}
         )
-    message = f"{what} is running" + (f": {found.describe()}" if found else "")
+    message = f"{what} is waiting: {trouble.describe()}" if trouble else f"{what} is running"
     return registry.Poll(after=ctx.params["pollSeconds"], message=message)
