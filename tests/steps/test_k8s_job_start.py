@@ -238,3 +238,30 @@ def test_a_job_whose_pods_script_exits_is_done_with_the_scripts_log(
     done = run(ctx)
     assert isinstance(done, registry.Done)
     assert (done.output["succeeded"], done.output["log"]) == (1, "ok\n")
+
+
+def test_a_job_whose_newest_pod_never_ran_fails_with_its_reason_not_a_log_error(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """The Job's pod is evicted while its image is still being pulled (the Job's
+    podFailurePolicy ignores it, and its replacement waits out the Job controller's 10 s
+    backoff, job_controller.go backoff_utils.go); meanwhile the Job passes its
+    activeDeadlineSeconds (FailureTarget, then Failed: DeadlineExceeded). The newest pod's
+    container never ran, and the kubelet answers a request for its log with 400 (kubernetes
+    pkg/kubelet/kubelet_pods.go `validateContainerLogStatus`: "... is terminated"). Before,
+    the step failed with "log of Pod ...: API server answered 400 Bad Request"; now it
+    fails with the Job's reason and an empty log."""
+    work = kube_workloads.start(kube, time_scale=1.0)
+    work.unpullable(IMAGE)
+    ctx = context("k8s_job", {**PARAMS, "activeDeadlineSeconds": 2}, step_name="migrate")
+    run(ctx)
+    pod = work.wait("the pod", lambda: job_pods(kube))[0]["metadata"]["name"]
+    work.wait("the failed pull", lambda: work.waiting_reason("ops", pod, "job"))
+    work.disrupt("ops", pod)
+    work.wait("Failed", lambda: "Failed" in conditions(kube))
+    assert [p["metadata"]["name"] for p in job_pods(kube)] == [pod], "no replacement yet"
+    with pytest.raises(errors.PermanentError) as exc:
+        run(ctx)
+    assert exc.value.message == f"Job ops/{NAME} failed (DeadlineExceeded)"
+    assert exc.value.output is not None
+    assert exc.value.output["log"] == ""

@@ -197,6 +197,7 @@ class Kubelet:
             "lastTransitionTime": now(),
         }
         pod.restart_policy = "Never"  # an evicted Pod is not restarted in place
+        pod.stopping = True  # nor pulled or started again
         for container in pod.containers.values():
             container.generation += 1
             container.state = {"terminated": self._terminated(container, KILLED, "Error")}
