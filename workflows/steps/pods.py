@@ -19,7 +19,11 @@ pkg/common/pod.go, `containerErrorReasons`); without that, a step polls until it
 (two hours for conformance) for an image that will never be pulled. Each of them can also
 resolve by itself (a registry briefly down, a Node the autoscaler adds, a Secret another
 step creates, a quota freed), so a step fails only when the trouble lasted `grace` seconds
-without a break, measured on this process's clock (`clock`, which tests move).
+without a break, measured on this process's clock (`clock`, which tests move). The steps'
+default, 300 s (`stuckGraceSeconds`), outlasts the retries that could end it: the Job
+controller tries a refused create again at least every 60 s (MaxJobApiBackOff), the kubelet
+a config or create error every 10 s (pod_workers.go) and a pull at least every 300 s
+(MaxContainerBackOff), so at least one try after the longest backoff falls in the grace.
 
 `log` reads a container's log for a step's output: a container that never ran has none,
 and the kubelet answers that with a 400 (pkg/kubelet/kubelet_pods.go,
