@@ -241,12 +241,14 @@ def test_the_management_steps_component_grants_configmaps_and_jobs_in_one_namesp
     ]
     role = manifests.find(objects, "Role", "hooksvc-management-steps")
     assert role["metadata"]["namespace"] == "hooksvc-system"
-    # addon_install's configMapRef; k8s_job's Job, its pods and their logs (cluster: management).
+    # addon_install's configMapRef; k8s_job's Job, its pods, their logs and the Job's
+    # FailedCreate Events (cluster: management).
     assert _rule_set(role["rules"]) == {
         ("", "configmaps"): {"get"},
         ("batch", "jobs"): {"create", "get", "delete"},
         ("", "pods"): {"get", "list"},
         ("", "pods/log"): {"get"},
+        ("", "events"): {"list"},
     }
     binding = manifests.find(objects, "RoleBinding", "hooksvc-management-steps")
     assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
