@@ -11,6 +11,7 @@ Production requires DATABASE_URL.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,10 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_LOCAL_LOGIN": "1 (default): local accounts sign in with a password (break glass);"
     " 0: only through the identity provider",
     "HOOKSVC_ROLES_FILE": "YAML role rules: which groups get which roles in which namespaces",
+    "HOOKSVC_OIDC_API_AUDIENCE": "the REST API accepts the provider's JWTs whose `aud` names"
+    " one of these (space-separated); default the client ID",
+    "HOOKSVC_API_RATE": "requests one caller (a token, a person) may make to the REST API,"
+    " default 600/min (N/s, N/min, N/hour or N/day)",
 }
 
 
@@ -160,6 +165,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
     "hooksvc",
     "workflows",
 ]
@@ -240,6 +246,8 @@ if _local_login not in ("0", "1"):
 LOCAL_LOGIN = _local_login == "1"
 if not LOCAL_LOGIN and not OIDC_ISSUER:
     raise RuntimeError("HOOKSVC_LOCAL_LOGIN=0 needs HOOKSVC_OIDC_ISSUER: nobody could sign in")
+#: The audiences the REST API accepts in the provider's own tokens (workflows/operators/bearer.py).
+OIDC_API_AUDIENCES = os.environ.get("HOOKSVC_OIDC_API_AUDIENCE", "").split() or [OIDC_CLIENT_ID]
 #: The role rules (workflows/operators/roles.py); "": people who sign in get no role.
 ROLES_FILE = os.environ.get("HOOKSVC_ROLES_FILE", "")
 AUTHENTICATION_BACKENDS = [
@@ -286,12 +294,59 @@ SILENCED_SYSTEM_CHECKS = [
     "security.W008",
 ]
 
+# The operator REST API (workflows/api/): its credentials, errors as problem details,
+# throttling per caller, pagination, and the OpenAPI document drf-spectacular generates.
+API_RATE = os.environ.get("HOOKSVC_API_RATE", "") or "600/min"
+if not re.fullmatch(r"[1-9][0-9]*/(s|sec|second|min|minute|hour|day)", API_RATE):
+    raise RuntimeError(
+        f"HOOKSVC_API_RATE must be like 600/min (N/s, /min, /hour, /day), got {API_RATE!r}"
+    )
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "workflows.api.auth.BearerAuthentication",
+        "workflows.api.auth.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["workflows.api.auth.SignedIn"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_THROTTLE_CLASSES": ["workflows.api.throttling.PerCaller"],
+    "DEFAULT_THROTTLE_RATES": {"caller": API_RATE},
+    "DEFAULT_PAGINATION_CLASS": "workflows.api.paging.Pages",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "workflows.api.problems.handler",
     "UNAUTHENTICATED_USER": None,
 }
+SPECTACULAR_SETTINGS = {
+    "TITLE": "hooksvc operator API",
+    "DESCRIPTION": "The fleet, runs, operator actions, bypasses, templates and add-on profiles,"
+    " under the roles of the admin (docs/api.md).",
+    "VERSION": "v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "HookEnum": "workflows.api.shapes.HOOKS",
+        "MomentEnum": "workflows.api.shapes.MOMENTS",
+        "RunStateEnum": "workflows.api.shapes.RUN_STATES",
+        "StepStateEnum": "workflows.api.shapes.STEP_STATES",
+        "DisplayStateEnum": "workflows.api.shapes.DISPLAY_STATES",
+    },
+    "DISABLE_ERRORS_AND_WARNINGS": False,
+}
+#: The throttle's counts: in Redis when the broker is Redis (every web process counts
+#: together), else in each process's memory (`make run`'s one process).
+CACHES: dict[str, dict[str, Any]] = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
+if os.environ.get("CELERY_BROKER_URL", "").startswith(("redis://", "rediss://")):
+    CACHES["default"] = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": os.environ["CELERY_BROKER_URL"],
+        "KEY_PREFIX": "hooksvc-cache",
+        # A Redis that does not answer costs a request two seconds, not a hang; the
+        # throttle then lets requests through (workflows.api.throttling).
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    }
 
 # Celery: PostgreSQL is the source of truth, the broker only carries wake-ups. Redis in
 # production and in `make run` alike (its local one: hooksvc.devbroker), for the same

@@ -1,10 +1,11 @@
-"""URL routes: the Runtime SDK endpoints (under an optional prefix), the admin, probes, metrics."""
+"""URL routes: the Runtime SDK endpoints (under an optional prefix), the admin, the operator
+REST API, probes, metrics."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import admin
-from django.urls import URLPattern, URLResolver, path
+from django.urls import URLPattern, URLResolver, include, path
 
 from hooksvc.contract import catalog, openapi
 from hooksvc.serving import health, scrape, views
@@ -22,6 +23,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("admin/oidc/login/", oidc.login, name="oidc_login"),
     path("admin/oidc/callback/", oidc.callback, name="oidc_callback"),
     path("admin/", admin.site.urls),
+    # The operator REST API (workflows/api/, docs/api.md).
+    path("", include("workflows.api.urls")),
     path("healthz", health.healthz),
     path("readyz", health.readyz),
     path("metrics", scrape.metrics),

@@ -29,6 +29,15 @@ DATABASES = {
     }
 }
 CELERY_BROKER_URL = REDIS_URL
+# The REST API's throttle counts in Redis, as in production (hooksvc/settings.py).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "hooksvc-cache",
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    }
+}
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 # In-process tests read a call's record right after the call (servers the tests start
 # buffer, as in production).

@@ -399,3 +399,38 @@ class Identity(models.Model):
 
     def __str__(self) -> str:
         return self.email or self.subject
+
+
+class ApiToken(models.Model):
+    """A robot's credential for the REST API, made and revoked by an admin.
+
+    Scoped like a role rule (roles, in every namespace or in some) and always expiring;
+    only the SHA-256 of the token is kept (workflows.operators.tokens): whoever reads the
+    database cannot use it, and the token itself is shown once, when it is made.
+    """
+
+    #: Unique; the actor's name in what the token does is `token:<name>`.
+    name = models.CharField(max_length=100, unique=True)
+    #: The token's first characters, to tell tokens apart (`hks_Ab3dE`); not enough to use.
+    prefix = models.CharField(max_length=16)
+    #: The SHA-256 of the whole token, hex: how a request's token is found.
+    digest = models.CharField(max_length=64, unique=True)
+    roles: Any = models.JSONField()
+    #: None: every namespace.
+    namespaces: Any = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    created_by = models.CharField(max_length=150)
+    created_by_subject = models.CharField(max_length=255, blank=True)
+    created_by_email = models.CharField(max_length=254, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=150, blank=True)
+    #: Written at most once a minute (workflows.operators.tokens.USE_RECORD_SECONDS).
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API token"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

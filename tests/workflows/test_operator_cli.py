@@ -251,8 +251,10 @@ def test_release_lets_the_lifecycle_proceed_once() -> None:
     assert (run.released, run.state) == (True, Run.State.FAILED)
     event = action_event(run, "release")
     assert (event.actor, event.reason) == ("ops:di", "accept the risk")
-    with pytest.raises(CommandError, match=f"run {run.pk} is already released"):
-        cli("release", str(run.pk), "--reason", "again")
+    # Idempotent: says so, exits 0, records nothing more.
+    again = cli("release", str(run.pk), "--reason", "again")
+    assert f"run {run.pk} is already released: nothing changed" in again
+    assert RunEvent.objects.filter(run=run, kind="action", name="release").count() == 1
 
 
 @pytest.mark.parametrize("action", ["retry", "cancel", "release"])

@@ -31,6 +31,12 @@ class ActionError(Exception):
     """The action does not apply to the run or step in its current state."""
 
 
+class AlreadyDone(ActionError):
+    """What the action would do is done already (approved, running, released...): nothing
+    was changed or recorded. Callers that are idempotent (the API, the CLI) say so and
+    succeed; two people approving at once record one approval."""
+
+
 def _lock_run(run_id: int, actor: access.Actor, action: str) -> Run:
     """The run, locked, once `actor` may do `action` on it."""
     run = (
@@ -157,6 +163,12 @@ def run_retry(*, run_id: int, actor: str | access.Actor, reason: str, step_name:
             if step_name
             else _lock_steps(run.steps.filter(state__in=retryable))
         )
+        # A run going on with nothing failed (or that step on its way again): retried
+        # already, or never stopped. A step that succeeded is no retry's business.
+        going_on = not steps or steps[0].state not in (*retryable, *StepRun.DONE)
+        if run.state in Run.ACTIVE and going_on:
+            what = f"step {step_name!r} is {steps[0].state}" if step_name else "nothing failed"
+            raise AlreadyDone(f"run {run.pk} is already {run.state} ({what})")
         if not steps or any(s.state not in retryable for s in steps):
             raise ActionError(_nothing_to_retry(run, step_name))
         for step in steps:
@@ -213,6 +225,8 @@ def run_cancel(*, run_id: int, actor: str | access.Actor, reason: str) -> Run:
     who = _require_actor(actor, reason)
     with transaction.atomic():
         run = _lock_run(run_id, who, "cancel")
+        if run.state == Run.State.CANCELLED:
+            raise AlreadyDone(f"run {run.pk} is already cancelled")
         if run.is_finished:
             raise ActionError(f"run {run.pk} is already {run.state}")
         unfinished = _lock_steps(run.steps.exclude(state__in=StepRun.FINISHED))
@@ -242,6 +256,13 @@ def step_approve(*, run_id: int, step_name: str, actor: str | access.Actor, reas
         step = _step(run, step_name)
         if not registry.waits_for_person(step.type):
             raise ActionError(f"step {step_name!r} is a {step.type} step, not an approval")
+        if step.memo.get(memo_keys.APPROVED_BY):
+            # Approved, whether the engine has seen it yet or not: under the run's lock,
+            # so of two approvals at once the second finds the first.
+            raise AlreadyDone(
+                f"step {step_name!r} of run {run.pk} is already approved "
+                f"(by {step.memo[memo_keys.APPROVED_BY]})"
+            )
         if step.state in StepRun.FINISHED:
             raise ActionError(f"step {step_name!r} is already {step.state}")
         memo = {**step.memo, memo_keys.APPROVED_BY: who.name, memo_keys.APPROVAL_REASON: reason}
@@ -260,6 +281,8 @@ def step_skip(*, run_id: int, step_name: str, actor: str | access.Actor, reason:
     with transaction.atomic():
         run = _lock_run(run_id, who, "skip")
         step = _step(run, step_name)
+        if step.state == StepRun.State.SKIPPED:
+            raise AlreadyDone(f"step {step_name!r} of run {run.pk} is already skipped")
         if step.state in StepRun.DONE:
             raise ActionError(f"step {step_name!r} is already {step.state}")
         transitions.step_move(
@@ -288,7 +311,7 @@ def run_release(*, run_id: int, actor: str | access.Actor, reason: str) -> Run:
     with transaction.atomic():
         run = _lock_run(run_id, who, "release")
         if run.released:
-            raise ActionError(f"run {run.pk} is already released")
+            raise AlreadyDone(f"run {run.pk} is already released")
         Run.objects.filter(pk=run.pk).update(released=True)
         run.released = True
         _record(run, "release", actor=who, reason=reason)

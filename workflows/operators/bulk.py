@@ -9,13 +9,14 @@ by run.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Iterable
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from workflows.models import Run, StepRun
-from workflows.operators import access, actions, reasons, states
+from workflows.operators import access, actions, fleet, reasons, states
 
 #: The bulk actions, with the words the admin shows for them.
 ACTIONS = {
@@ -36,6 +37,8 @@ class Outcome:
     cluster: str
     ok: bool
     message: str
+    #: False when the run was already as the action would leave it (actions.AlreadyDone).
+    changed: bool = True
 
 
 def applies(action: str) -> Q:
@@ -49,6 +52,19 @@ def applies(action: str) -> Q:
     if action == "cancel":
         return Q(state__in=Run.ACTIVE)
     raise ValueError(f"unknown bulk action {action!r}; one of: {', '.join(ACTIONS)}")
+
+
+def by_filter(
+    action: str, filters: fleet.FleetFilter, *, actor: access.Actor, now: datetime.datetime
+) -> QuerySet[Run]:
+    """The runs a bulk `action` by filter acts on (the admin's "every run the filter finds"
+    and the API's `filter`): those on the filter's view of the fleet, all pages, that the
+    action applies to now, where `actor` may take it. FilterError for a malformed filter."""
+    return (
+        fleet.shown_runs(filters, actor=actor, now=now)
+        .filter(applies(action))
+        .filter(actor.where(access.ACTIONS[action]))
+    )
 
 
 def waiting_steps(run_id: int, actor: access.Actor) -> list[str]:
@@ -106,6 +122,8 @@ def perform(
             # Durable: each run's action commits on its own, never inside a caller's.
             with transaction.atomic(durable=True):
                 message = _one(action, run_id, actor=who, reason=reason)
+        except actions.AlreadyDone as exc:
+            outcomes.append(Outcome(run_id, cluster, True, str(exc), changed=False))
         except (actions.ActionError, access.Denied) as exc:
             outcomes.append(Outcome(run_id, cluster, False, str(exc)))
         else:

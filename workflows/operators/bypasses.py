@@ -16,6 +16,7 @@ import datetime
 import logging
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
@@ -187,6 +188,30 @@ def active(
     if actor is not None:
         found = found.filter(visible(actor))
     return list(found.order_by("expires_at", "id"))
+
+
+def summary(bypass: Bypass, now: datetime.datetime | None = None) -> dict[str, Any]:
+    """A bypass as `bypass --list -o json` and the REST API show it."""
+
+    def at(moment: datetime.datetime | None) -> str | None:
+        return moment.isoformat() if moment else None
+
+    return {
+        "id": bypass.pk,
+        "hook": bypass.hook,
+        "namespace": bypass.namespace,
+        "selector": bypass.selector,
+        "actor": bypass.actor,
+        "actorSubject": bypass.actor_subject,
+        "actorEmail": bypass.actor_email,
+        "reason": bypass.reason,
+        "createdAt": at(bypass.created_at),
+        "expiresAt": at(bypass.expires_at),
+        "endedAt": at(bypass.ended_at),
+        "endedBy": bypass.ended_by,
+        "endReason": bypass.end_reason,
+        "inForce": bypass.ended_at is None and bypass.expires_at > (now or clock.now()),
+    }
 
 
 @dataclasses.dataclass(frozen=True)

@@ -77,14 +77,15 @@ def actor_of_user(
     return Actor(name=name, subject=identity.subject, email=identity.email, grants=grants)
 
 
-def actor_of_request(request: HttpRequest) -> Actor:
-    """The signed-in user's Actor, worked out once per request."""
+def actor_of_request(request: HttpRequest, *, channel: str = "admin") -> Actor:
+    """The signed-in user's Actor, worked out once per request (named `<channel>:<user>`:
+    the admin's pages, or the REST API with a browser's session)."""
     found: Actor | None = getattr(request, "_hooksvc_actor", None)
-    if found is None:
+    if found is None or not found.name.startswith(f"{channel}:"):
         # Signed in with a password: a local account (the provider's users have none), so
         # no query for an Identity; the provider's backend loads it with the user.
         local = request.session.get(auth.BACKEND_SESSION_KEY) == _PASSWORDS
-        found = actor_of_user(request.user, local=local)
+        found = actor_of_user(request.user, channel=channel, local=local)
         request._hooksvc_actor = found  # type: ignore[attr-defined]
     return found
 

@@ -81,6 +81,12 @@ def parse(text: str, *, source: str = "role rules") -> tuple[Rule, ...]:
     return tuple(_rule(item, f"{source}: rules[{i}]") for i, item in enumerate(items))
 
 
+def rule(item: Any, where: str) -> Rule:
+    """One rule (a mapping of group, roles and namespaces), checked as the file's are: an
+    API token's scope is written the same way (workflows.operators.tokens)."""
+    return _rule(item, where)
+
+
 def _rule(item: Any, where: str) -> Rule:
     if not isinstance(item, dict):
         raise RulesError(f"{where}: a rule is a mapping with group, roles and namespaces")

@@ -29,7 +29,7 @@ from workflows.definitions import typed
 from workflows.hookpath import bypass as hook_bypass
 from workflows.hookpath import selection
 from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
-from workflows.operators import access, bypasses, holding, states
+from workflows.operators import access, bypasses, holding, redaction, states
 from workflows.steps import registry
 
 
@@ -166,7 +166,7 @@ def _step(step: StepRun) -> dict[str, Any]:
         "type": step.type,
         "state": step.state,
         "dependsOn": step.depends_on,
-        "with": step.params,
+        "with": redaction.redact(step.params),
         "failures": step.failures,
         "retries": step.retries,
         "timeoutSeconds": step.timeout_seconds,
@@ -174,7 +174,7 @@ def _step(step: StepRun) -> dict[str, Any]:
         "finishedAt": _time(step.finished_at),
         "dueAt": _time(step.due_at),
         "message": step.message,
-        "output": step.output,
+        "output": redaction.redact(step.output),
     }
 
 
@@ -200,7 +200,8 @@ def run_detail(run_id: int, *, actor: access.Actor) -> dict[str, Any] | None:
         return None
     return {
         **run_summary(run),
-        "context": run.context,
+        # Credentials a template or a hook call carried are not shown (redaction).
+        "context": redaction.redact(run.context),
         "steps": [_step(s) for s in run.steps.order_by("position")],
         "events": [_event(e) for e in run.events.order_by("at", "id")],
     }

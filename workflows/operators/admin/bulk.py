@@ -36,11 +36,7 @@ def _chosen(request: HttpRequest, action: str) -> tuple[list[Run], str]:
     if request.POST.get("scope") == "filter":
         filters = fleet_page.filters_of(request.POST)
         try:
-            runs = (
-                fleet.shown_runs(filters, actor=actor, now=now)
-                .filter(bulk.applies(action))
-                .filter(actor.where(access.ACTIONS[action]))
-            )
+            runs = bulk.by_filter(action, filters, actor=actor, now=now)
         except fleet.FilterError as exc:
             return [], str(exc)
     else:

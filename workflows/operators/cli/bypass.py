@@ -17,7 +17,6 @@ from django.core.management.base import CommandError, OutputWrapper
 from hooksvc.contract import catalog
 from workflows.engine import messages
 from workflows.hookpath import bypass as hook_bypass
-from workflows.models import Bypass
 from workflows.operators import access, bypasses
 from workflows.operators.cli import output
 
@@ -116,7 +115,7 @@ def _end(stdout: OutputWrapper, options: dict[str, Any]) -> None:
 def _list(stdout: OutputWrapper, options: dict[str, Any]) -> None:
     found = bypasses.active(actor=output.actor_of(options, acts=False))
     if options["output"] == "json":
-        output.write_json(stdout, [_summary(b) for b in found])
+        output.write_json(stdout, [bypasses.summary(b) for b in found])
         return
     if not found:
         stdout.write("no bypass in force")
@@ -127,16 +126,3 @@ def _list(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         for b in found
     ]
     stdout.write(output.table([header, *rows]))
-
-
-def _summary(bypass: Bypass) -> dict[str, Any]:
-    return {
-        "id": bypass.pk,
-        "hook": bypass.hook,
-        "namespace": bypass.namespace,
-        "selector": bypass.selector,
-        "actor": bypass.actor,
-        "reason": bypass.reason,
-        "createdAt": bypass.created_at.isoformat(),
-        "expiresAt": bypass.expires_at.isoformat(),
-    }

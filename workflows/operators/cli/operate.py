@@ -2,7 +2,9 @@
 
 Each calls workflows.operators.actions, which locks, checks, records who and why, and wakes
 the engine; an action that does not apply (`actions.ActionError`), or that `--as USER` may
-not take there (`access.Denied`), exits 1 with its message.
+not take there (`access.Denied`), exits 1 with its message. One whose effect is there
+already (approved, released, running: `actions.AlreadyDone`) says so and exits 0,
+changing nothing, as the REST API answers it.
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ def act(stdout: OutputWrapper, options: dict[str, Any]) -> None:
             run = actions.step_skip(**common, step_name=options["step"])
         else:
             run = actions.run_release(**common)
+    except actions.AlreadyDone as exc:
+        # Idempotent, as the API is: done before, so nothing changed, and that is fine.
+        stdout.write(f"{exc}: nothing changed")
+        return
     except (actions.ActionError, access.Denied) as exc:
         raise CommandError(str(exc)) from None
     step = f" step {options['step']}" if options.get("step") else ""
