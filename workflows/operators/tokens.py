@@ -20,6 +20,7 @@ import logging
 import re
 import secrets
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -38,6 +39,41 @@ USE_RECORD_SECONDS = 60
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,98}[a-z0-9])?")
 #: Longer than any token hooksvc makes: refused before any look-up.
 _LONGEST = 100
+
+
+_LIFETIME = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?")
+
+
+def parse_lifetime(text: str) -> datetime.timedelta:
+    """`90d`, `12h`, `1d12h`: how long a token lives (more than nothing, at most 366d)."""
+    match = _LIFETIME.fullmatch(text.strip())
+    if not text.strip() or match is None:
+        raise TokenError(f"lifetime {text!r}: write it in days and hours (90d, 12h, 1d12h)")
+    days, hours = (int(n or 0) for n in match.groups())
+    lifetime = datetime.timedelta(days=days, hours=hours)
+    if not datetime.timedelta(0) < lifetime <= MAX_LIFETIME:
+        raise TokenError(f"lifetime {text!r}: more than 0 and at most 366d")
+    return lifetime
+
+
+def summary(token: ApiToken) -> dict[str, Any]:
+    """A token as `workflows token list -o json` shows it (never the token itself)."""
+
+    def at(moment: datetime.datetime | None) -> str | None:
+        return moment.isoformat() if moment else None
+
+    return {
+        "name": token.name,
+        "prefix": token.prefix,
+        "roles": token.roles,
+        "namespaces": token.namespaces,
+        "createdAt": at(token.created_at),
+        "createdBy": token.created_by,
+        "expiresAt": at(token.expires_at),
+        "revokedAt": at(token.revoked_at),
+        "revokedBy": token.revoked_by,
+        "lastUsedAt": at(token.last_used_at),
+    }
 
 
 class TokenError(ValueError):

@@ -13,7 +13,13 @@ class AdminConfig(DjangoAdminConfig):
         # The model admins live with the other operator pieces (workflows.operators), where
         # Django's autodiscovery (which imports `<app>.admin`) would not find them.
         from workflows.operators import roles
-        from workflows.operators.admin import bypasses, documents, hookcalls, runs  # noqa: F401
+        from workflows.operators.admin import (  # noqa: F401
+            bypasses,
+            documents,
+            hookcalls,
+            runs,
+            tokens,
+        )
 
         # A malformed HOOKSVC_ROLES_FILE stops the process here, naming the rule and field.
         roles.current()
