@@ -246,8 +246,9 @@ if _local_login not in ("0", "1"):
 LOCAL_LOGIN = _local_login == "1"
 if not LOCAL_LOGIN and not OIDC_ISSUER:
     raise RuntimeError("HOOKSVC_LOCAL_LOGIN=0 needs HOOKSVC_OIDC_ISSUER: nobody could sign in")
-#: The audiences the REST API accepts in the provider's own tokens (workflows/operators/bearer.py).
-OIDC_API_AUDIENCES = os.environ.get("HOOKSVC_OIDC_API_AUDIENCE", "").split() or [OIDC_CLIENT_ID]
+#: The audiences the REST API accepts in the provider's own tokens
+#: (workflows/operators/bearer.py); none given: the client ID.
+OIDC_API_AUDIENCES = os.environ.get("HOOKSVC_OIDC_API_AUDIENCE", "").split()
 #: The role rules (workflows/operators/roles.py); "": people who sign in get no role.
 ROLES_FILE = os.environ.get("HOOKSVC_ROLES_FILE", "")
 AUTHENTICATION_BACKENDS = [

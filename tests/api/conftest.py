@@ -87,3 +87,8 @@ def problem(response: Any) -> dict[str, Any]:
     assert body["type"] == f"urn:hooksvc:problem:{body['code']}"
     assert body["status"] == response.status_code
     return body
+
+
+# The identity tests' real OpenID provider and hooksvc configured for it (one provider per
+# session, started the first time a test asks for it).
+from tests.identity.conftest import provider, rules_file, signin  # noqa: E402, F401

@@ -82,7 +82,10 @@ def claims_of(token: str) -> dict[str, Any]:
         now=lambda: int(clock.now().timestamp()),
         leeway=LEEWAY_SECONDS,
         iss={"essential": True, "value": settings.OIDC_ISSUER},
-        aud={"essential": True, "values": list(settings.OIDC_API_AUDIENCES)},
+        aud={
+            "essential": True,
+            "values": list(settings.OIDC_API_AUDIENCES or [settings.OIDC_CLIENT_ID]),
+        },
         sub={"essential": True},
         exp={"essential": True},
     )
