@@ -60,7 +60,8 @@ class BearerAuthentication(authentication.BaseAuthentication):
         try:
             if credential.startswith(tokens.PREFIX):
                 token, actor = tokens.authenticate(credential)
-                key, kind = f"token:{token.pk}", "token"
+                # The prefix too: a test database's ids start again, Redis's counts do not.
+                key, kind = f"token:{token.pk}:{token.prefix}", "token"
             elif bearer.looks_like_jwt(credential):
                 key, actor = bearer.authenticate(credential)
                 kind = "provider"

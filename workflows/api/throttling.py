@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from redis.exceptions import RedisError
 from rest_framework import throttling
 from rest_framework.request import Request
@@ -23,6 +24,11 @@ logger = logging.getLogger(__name__)
 
 class PerCaller(throttling.SimpleRateThrottle):
     scope = "caller"
+
+    def get_rate(self) -> str:
+        # Read per request (DRF copies its setting once, at import): tests change it.
+        rate: str = settings.API_RATE
+        return rate
 
     def get_cache_key(self, request: Request, view: Any) -> str:
         user = request.user

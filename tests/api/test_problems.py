@@ -1,0 +1,151 @@
+"""Every error of the REST API is a problem (RFC 9457: application/problem+json with type,
+title, status, detail, instance) with a stable `code`, and bad input changes nothing.
+
+RFC 9457 section 3.1 (the members), section 3 (the media type); DRF's own exception
+mapping (rest_framework/views.py, `exception_handler`) gives the statuses, which hooksvc
+keeps. Throttling counts in the real Redis, per caller (DRF's SimpleRateThrottle).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test.utils import override_settings
+from rest_framework.test import APIClient
+
+from tests.api.conftest import Api, make_token, problem, waiting_run
+from tests.support import workflows as wf
+from workflows.api import problems
+from workflows.models import Run, RunEvent, WorkflowTemplate
+from workflows.operators import selectors
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin(api: Api) -> APIClient:
+    return api(make_token("admin", ["admin"]))
+
+
+def test_input_problems_name_each_field_and_write_nothing(admin: APIClient) -> None:
+    run = waiting_run("team-a")
+    response = admin.post(f"/api/v1/runs/{run.pk}/approve/", {"reason": ""}, format="json")
+    body = problem(response)
+    assert (response.status_code, body["code"], body["title"]) == (400, "invalid", "Invalid input")
+    assert {(e["field"], e["code"]) for e in body["errors"]} == {
+        ("reason", "blank"),
+        ("step", "required"),
+    }
+    assert body["instance"] == f"/api/v1/runs/{run.pk}/approve/"
+    assert not RunEvent.objects.filter(kind="action").exists()
+
+
+@pytest.mark.parametrize(
+    ("request_", "status", "code"),
+    [
+        ({"method": "post", "data": "{not json", "content_type": "application/json"}, 400,
+         "parse_error"),
+        ({"method": "post", "data": "reason=x", "content_type": "text/plain"}, 415,
+         "unsupported_media_type"),
+        ({"method": "get", "HTTP_ACCEPT": "text/html"}, 406, "not_acceptable"),
+        ({"method": "delete"}, 405, "method_not_allowed"),
+    ],
+)  # fmt: skip
+def test_protocol_problems(
+    admin: APIClient, request_: dict[str, Any], status: int, code: str
+) -> None:
+    run = waiting_run("team-a")
+    call = dict(request_)
+    method = call.pop("method")
+    path = f"/api/v1/runs/{run.pk}/" if method != "post" else f"/api/v1/runs/{run.pk}/cancel/"
+    response = getattr(admin, method)(path, **call)
+    assert response.status_code == status
+    assert problem(response)["code"] == code
+    assert Run.objects.get().state == "running"
+
+
+def test_an_action_that_does_not_apply_is_a_conflict(admin: APIClient) -> None:
+    run = waiting_run("team-a")
+    Run.objects.filter(pk=run.pk).update(state="succeeded")
+    response = admin.post(f"/api/v1/runs/{run.pk}/cancel/", {"reason": "late"}, format="json")
+    body = problem(response)
+    assert (response.status_code, body["code"]) == (409, "not_applicable")
+    assert body["detail"] == f"run {run.pk} is already succeeded"
+
+
+def test_a_template_from_a_kubernetes_resource_changes_only_there(admin: APIClient) -> None:
+    template = wf.template("from-git")
+    WorkflowTemplate.objects.filter(pk=template.pk).update(managed_by="resource")
+    document = {
+        "apiVersion": "hooksvc/v1alpha1",
+        "kind": "WorkflowTemplate",
+        "metadata": {"name": "from-git"},
+        "spec": {"hook": "BeforeClusterUpgrade", "steps": [{"name": "a", "type": "noop"}]},
+    }
+    for response in (
+        admin.put("/api/v1/templates/from-git/", document, format="json"),
+        admin.delete("/api/v1/templates/from-git/"),
+    ):
+        body = problem(response)
+        assert (response.status_code, body["code"]) == (409, "managed_elsewhere")
+        assert "Kubernetes resource" in body["detail"]
+    assert WorkflowTemplate.objects.get().spec == template.spec
+
+
+def test_a_bad_document_is_refused_field_by_field(admin: APIClient) -> None:
+    document = {
+        "apiVersion": "hooksvc/v1alpha1",
+        "kind": "WorkflowTemplate",
+        "metadata": {"name": "other"},
+        "spec": {"hook": "BeforeClusterUpgrade", "steps": [{"name": "a", "type": "nope"}]},
+    }
+    response = admin.put("/api/v1/templates/fresh/", document, format="json")
+    body = problem(response)
+    assert body["code"] == "invalid"
+    assert body["errors"][0]["field"] == "document"
+    assert "unknown step type 'nope'" in body["errors"][0]["message"]
+    assert not WorkflowTemplate.objects.exists()
+
+
+def test_unknown_paths_and_objects_are_not_found(admin: APIClient) -> None:
+    for path in ("/api/v1/runs/123456/", "/api/v1/nothing/", "/api/v1/runs", "/api/v2/runs/"):
+        response = admin.get(path)
+        assert (response.status_code, problem(response)["code"]) == (404, "not_found"), path
+
+
+def test_an_unforeseen_error_is_logged_and_answered_without_its_text(
+    admin: APIClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = waiting_run("team-a")
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("password=hunter2 in a message nobody meant to show")
+
+    monkeypatch.setattr(selectors, "run_detail", broken)
+    response = admin.get(f"/api/v1/runs/{run.pk}/")
+    body = problem(response)
+    assert (response.status_code, body["code"]) == (500, "server_error")
+    assert "hunter2" not in response.content.decode()
+    assert any(r.exc_info and "hunter2" in str(r.exc_info[1]) for r in caplog.records)
+
+
+def test_a_caller_past_the_rate_is_throttled_alone(api: Api) -> None:
+    busy, other = api(make_token("busy", ["viewer"])), api(make_token("other", ["viewer"]))
+    with override_settings(API_RATE="3/min"):
+        assert [busy.get("/api/v1/me/").status_code for _ in range(3)] == [200, 200, 200]
+        throttled = busy.get("/api/v1/me/")
+        body = problem(throttled)
+        assert (throttled.status_code, body["code"]) == (429, "throttled")
+        assert 0 < int(throttled["Retry-After"]) <= 60
+        assert other.get("/api/v1/me/").status_code == 200
+
+
+def test_every_code_is_documented_with_its_status_and_title() -> None:
+    for code, (status, title) in problems.CODES.items():
+        body = problems.body(code, "why", "/api/v1/")
+        assert (body["status"], body["title"], body["type"]) == (
+            status,
+            title,
+            f"urn:hooksvc:problem:{code}",
+        )
