@@ -8,7 +8,7 @@ REQUIREMENTS_SUM := $(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(REQUIREMENTS_SUM)
 STAMP := $(VENV)/.installed-dev-$(REQUIREMENTS_SUM)
 
-.PHONY: run test lint typecheck pytest services bench bench-fleet-10000 chromium podman image clean soak soak-run crds clusterctl
+.PHONY: run test lint typecheck pytest services bench bench-fleet-10000 chromium podman image clean soak soak-run crds clusterctl openapi
 
 $(RUN_STAMP): requirements/base.txt requirements/run.txt requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,13 @@ crds: $(STAMP)
 # chart charts/hooksvc (a test compares); `make crds` runs it too.
 clusterctl: $(STAMP)
 	$(PY) scripts/clusterctl-files --write clusterctl
+
+# Regenerates docs/api-openapi.json, the REST API's OpenAPI document, from the code
+# (drf-spectacular; a warning fails it). tests/api/test_openapi.py compares it with what the
+# server serves.
+openapi: $(STAMP)
+	$(PY) manage.py spectacular --format openapi-json --validate --fail-on-warn \
+		--file docs/api-openapi.json
 
 # Makes sure PostgreSQL and Redis answer (starting throwaway ones if needed).
 services:

@@ -1,0 +1,107 @@
+"""schemathesis against the REST API's own OpenAPI document, over real HTTPS to gunicorn,
+as an admin: for every operation, requests that follow the document (positive) and
+requests that break it (negative). No answer may be a 5xx, and each must have a status and
+content type the document lists for that operation and a body its schema allows.
+
+Bounded: EXAMPLES requests per operation and mode (about 500 in all, well under a minute
+alone). The server runs with a rate far above what the test sends, so answers are not
+429s; the data (runs, a bypass, a template) is made first so that reads find something.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.core.result import Err, Ok
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tests.api.conftest import make_token, waiting_run
+from tests.support import servers
+from tests.support import workflows as wf
+from workflows.operators import bypasses
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
+EXAMPLES = 10
+
+
+@pytest.fixture(scope="module")
+def api_server(
+    tls_files: servers.TLSFiles,
+    tmp_path_factory: pytest.TempPathFactory,
+    django_db_setup: Any,
+    django_db_blocker: Any,
+) -> Iterator[servers.HookServer]:
+    log = tmp_path_factory.mktemp("logs") / "gunicorn-api.log"
+    env = {"HOOKSVC_API_RATE": "100000/min", "HOOKSVC_WEB_WORKERS": "1"}
+    with servers.hook_server(tls_files.server_dir, log, extra_env=env) as server:
+        yield server
+
+
+def _operations(schema: Any) -> list[Any]:
+    results = list(schema.get_all_operations())
+    errors = [r.err() for r in results if isinstance(r, Err)]
+    assert not errors, f"schemathesis cannot use the document: {errors}"
+    return [r.ok() for r in results if isinstance(r, Ok)]
+
+
+@pytest.mark.parametrize("mode", ["positive", "negative"])
+def test_generated_requests_get_answers_that_conform_to_the_document(
+    api_server: servers.HookServer, mode: str
+) -> None:
+    for namespace in ("team-a", "team-b"):
+        waiting_run(namespace)
+    wf.template("gate", steps=[{"name": "approve", "type": "approval"}])
+    bypasses.bypass_open(
+        hook="BeforeClusterUpgrade",
+        duration=bypasses.parse_duration("1h"),
+        actor="cli:setup",
+        reason="drill",
+    )
+    secret = make_token(f"fuzz-{mode}", ["admin"])
+    base_url = f"https://{api_server.host}:{api_server.port}"
+    ca_file = str(api_server.ca_file)
+    schema = schemathesis.openapi.from_url(f"{base_url}/api/v1/openapi.json", verify=ca_file)
+    operations = _operations(schema)
+    assert len(operations) >= 25
+    generation = schemathesis.GenerationMode(mode)
+    log_before = len(api_server.log())
+    calls = 0
+    with requests.Session() as session:
+        session.headers["Authorization"] = f"Bearer {secret}"
+        for operation in operations:
+
+            @settings(
+                max_examples=EXAMPLES,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+            )
+            @given(case=operation.as_strategy(generation_mode=generation))
+            def check(case: schemathesis.Case[Any]) -> None:
+                nonlocal calls
+                # The session's header, not a generated one: every request is the admin's.
+                case.headers = {k: v for k, v in (case.headers or {}).items()
+                                if k.lower() not in ("authorization", "cookie")}  # fmt: skip
+                response = case.call(base_url=base_url, session=session, verify=ca_file)
+                calls += 1
+                case.validate_response(response, checks=CHECKS)
+
+            check()
+    assert calls >= len(operations) * 3, "schemathesis generated too few requests to mean anything"
+    new_log = api_server.log()[log_before:]
+    assert "Traceback" not in new_log, new_log[-3000:]
