@@ -112,6 +112,10 @@ def test_unknown_paths_and_objects_are_not_found(admin: APIClient) -> None:
     for path in ("/api/v1/runs/123456/", "/api/v1/nothing/", "/api/v1/runs", "/api/v2/runs/"):
         response = admin.get(path)
         assert (response.status_code, problem(response)["code"]) == (404, "not_found"), path
+    # A write to a wrong path too (not the CSRF middleware's HTML page).
+    browser = APIClient(enforce_csrf_checks=True)
+    response = browser.post("/api/v1/bypasses/x/end/", {"reason": "r"}, format="json")
+    assert (response.status_code, problem(response)["code"]) == (404, "not_found")
 
 
 def test_an_unforeseen_error_is_logged_and_answered_without_its_text(

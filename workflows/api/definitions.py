@@ -81,7 +81,8 @@ _LIST = {200: shapes.Definition(many=True), **runs.errors(401, 403, 429)}
 _WRITTEN = {
     200: shapes.DefinitionWritten,
     201: shapes.DefinitionWritten,
-    **runs.errors(400, 401, 403, 409, 429),
+    # 404: a name that is none (the path's pattern is a DNS-1123 label).
+    **runs.errors(400, 401, 403, 404, 409, 429),
 }
 _DELETED = {204: None, **runs.errors(401, 403, 404, 409, 429)}
 

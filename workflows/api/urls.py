@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 from django.urls import URLPattern, URLResolver, include, path, re_path
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import routers
 
 from workflows.api import bypasses, definitions, fleet, me, openapi, problems, runs
@@ -18,6 +19,9 @@ router.register("templates", definitions.TemplateViewSet, basename="template")
 router.register("profiles", definitions.ProfileViewSet, basename="profile")
 
 
+# Exempt: it changes nothing, and a POST to a wrong path must get this answer, not the
+# CSRF middleware's HTML page.
+@csrf_exempt
 def unknown(request: HttpRequest) -> JsonResponse:
     problem = problems.body(
         "not_found",
