@@ -76,8 +76,10 @@ def test_an_action_done_twice_says_the_same_on_both(api: Api, fleet: list[Run]) 
     client.post(f"/api/v1/runs/{run.pk}/release/", {"reason": "r"}, format="json")
     printed = cli("release", str(run.pk), "--reason", "again").strip()
     answered = client.post(f"/api/v1/runs/{run.pk}/release/", {"reason": "again"}, format="json")
-    assert printed == answered.json()["detail"] == (
-        f"run {run.pk} is already released: nothing changed"
+    assert (
+        printed
+        == answered.json()["detail"]
+        == (f"run {run.pk} is already released: nothing changed")
     )
 
 

@@ -68,9 +68,7 @@ def test_retrying_a_run_that_is_running_says_so(admin: APIClient) -> None:
     assert (first["changed"], first["run"]["state"]) == (True, "running")
     again = admin.post(f"/api/v1/runs/{run.pk}/retry/", REASON, format="json").json()
     assert again["changed"] is False
-    assert again["detail"] == (
-        f"run {run.pk} is already running (nothing failed): nothing changed"
-    )
+    assert again["detail"] == (f"run {run.pk} is already running (nothing failed): nothing changed")
     step = admin.post(
         f"/api/v1/runs/{run.pk}/retry/", {"step": "approve", **REASON}, format="json"
     ).json()

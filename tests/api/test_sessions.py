@@ -64,9 +64,7 @@ def test_a_person_signed_in_through_the_provider_has_their_roles_on_the_api(
     )
 
 
-def test_a_staff_account_without_a_role_is_refused_and_an_anonymous_one_asked_to_sign_in() -> (
-    None
-):
+def test_a_staff_account_without_a_role_is_refused_and_an_anonymous_one_asked_to_sign_in() -> None:
     nobody = User.objects.create_user("guest", password="pw-" * 4)
     refused = _browser(nobody).get("/api/v1/runs/", secure=True)
     assert refused.status_code == 403

@@ -132,5 +132,7 @@ class _DefaultsView(APIView):
 def test_drf_defaults_refuse_an_anonymous_caller() -> None:
     request = RequestFactory().get("/api/anything", secure=True)
     response = _DefaultsView.as_view()(request)
-    assert response.status_code == 403
+    # Asked for a credential (the REST API's bearer or session: workflows/api/auth.py).
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == 'Bearer realm="hooksvc"'
     assert "secret" not in response.rendered_content.decode()
