@@ -127,3 +127,19 @@ def test_concurrent_approvals_of_one_step_record_one_approval(
     for _, body in answers:
         if not body["changed"]:
             assert f"is already approved (by {winner})" in body["detail"]
+
+
+@pytest.mark.django_db
+def test_the_admin_says_an_approval_was_there_already() -> None:
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.urls import reverse
+
+    run = waiting_run("team-a")
+    browser = Client()
+    browser.force_login(User.objects.create_superuser("root", "root@example.com", "pw-" * 4))
+    url = reverse("admin:workflows_run_step_action", args=[run.pk, "approve", "approve"])
+    browser.post(url, {"reason": "CAB-7"}, secure=True)
+    page = browser.post(url, {"reason": "again"}, secure=True, follow=True).content.decode()
+    assert "is already approved (by admin:root): nothing changed." in page
+    assert _events(run, "approve") == 1

@@ -261,6 +261,9 @@ class RunAdmin(ReadOnlyMixin, NamespacedMixin, common.TitledAdmin):
             actor = common.actor(request)
             try:
                 _perform(action, run.pk, step_name, actor=actor, reason=form.cleaned_data["reason"])
+            except actions.AlreadyDone as exc:
+                # Someone (or an earlier click) did it first: nothing changed, nothing wrong.
+                messages.info(request, f"{exc}: nothing changed.")
             except (actions.ActionError, access.Denied) as exc:
                 messages.error(request, str(exc))
             else:
