@@ -15,6 +15,7 @@ from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
 from tests.api.conftest import Api, make_token, problem, waiting_run
+from tests.support import servers
 from tests.support import workflows as wf
 from workflows.api import problems
 from workflows.models import Run, RunEvent, WorkflowTemplate
@@ -153,3 +154,21 @@ def test_every_code_is_documented_with_its_status_and_title() -> None:
             title,
             f"urn:hooksvc:problem:{code}",
         )
+
+
+def test_a_redis_that_does_not_answer_lets_requests_through(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The throttle fails open (workflows/api/throttling.py): the API must not go down with
+    the broker's Redis, while operators fix it."""
+    client = api(make_token("bot", ["viewer"]))
+    nowhere = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{servers.free_port()}/0",
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        }
+    }
+    with override_settings(CACHES=nowhere):
+        assert client.get("/api/v1/me/").status_code == 200
+    assert any(r.getMessage() == "API throttle not counted" for r in caplog.records)

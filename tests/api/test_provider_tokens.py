@@ -6,7 +6,9 @@ A JWT bearer must be signed by a key of the configured issuer's JWKS, name that 
 expired: RFC 9068 section 4 (access tokens as JWTs: validate `iss`, `aud`, the signature
 with the issuer's keys, `exp`), and what the Kubernetes API server asks of a bearer ID token
 (kubernetes/kubernetes staging/src/k8s.io/apiserver/plugin/pkg/authenticator/token/oidc/
-oidc.go, `AuthenticateToken`: issuer, audience, signature by the JWKS, expiry). The tokens
+oidc.go, `jwtAuthenticator.AuthenticateToken`: the issuer, then the signature by the
+provider's keys and the expiry; `idTokenVerifier.verifyAudience`: any one of the configured
+audiences). The tokens
 here are the ID tokens the provider issued (oidc-provider-mock's access tokens are opaque,
 which hooksvc refuses: only the provider can read one). The caller's roles come from the
 token's groups claim and the role rules, as a sign-in's do.
