@@ -129,7 +129,8 @@ def test_reads_show_only_the_namespaces_a_caller_may_view(
     assert listed(client.get("/api/v1/runs/"), lambda r: r["cluster"]["namespace"]) == sees
     assert listed(client.get("/api/v1/fleet/"), lambda r: r["cluster"]["namespace"]) == sees
     counts = client.get("/api/v1/fleet/counts/").json()
-    assert (counts["awaiting_approval"], counts["clusters"]) == (len(sees), len(sees))
+    assert (counts["held_awaiting_approval"], counts["held"]) == (len(sees), len(sees))
+    assert client.get("/api/v1/fleet/background/").json()["count"] == 0
     assert listed(client.get("/api/v1/bypasses/"), lambda b: b["namespace"]) == sees
     for ns in NAMESPACES:
         want = ALLOWED if ns in sees else HIDDEN
@@ -263,7 +264,7 @@ def test_every_route_of_the_api_is_in_the_matrix() -> None:
     from workflows.api import urls
 
     covered = {
-        "me/", "fleet/", "fleet/counts/", "runs/", "runs/<pk>/", "runs/<pk>/approve/",
+        "me/", "fleet/", "fleet/counts/", "fleet/background/", "runs/", "runs/<pk>/", "runs/<pk>/approve/",
         "runs/<pk>/retry/", "runs/<pk>/skip/", "runs/<pk>/cancel/", "runs/<pk>/release/",
         "runs/bulk/", "bypasses/", "bypasses/<pk>/", "bypasses/<pk>/end/", "templates/",
         "templates/<name>/", "profiles/", "profiles/<name>/", "openapi.json",

@@ -1,9 +1,14 @@
-"""The fleet: one row per cluster held, held longest first, and the counts by state, as the
-admin's landing page reads them (workflows.operators.selectors: fleet_page, fleet_counts),
-with its filters; only the namespaces the caller may view."""
+"""The fleet, as the admin's landing page reads it (workflows.operators.fleet): the clusters
+held, held longest first, each with every run that holds it; the runs apart (those that hold
+nothing: a hook CAPI does not wait for, `holdsLifecycle: false`, released, past a Proceed
+deadline); and the figures the page counts. The same filters; only the namespaces the caller
+may view. "Held for" is workflows.operators.holding's, as on every page and in `workflows
+why`.
+"""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from django.utils import timezone
@@ -13,25 +18,44 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from workflows.api import auth, inputs, paging, runs, shapes
-from workflows.operators import selectors, states
+from workflows.models import Run
+from workflows.operators import fleet, holding, selectors
 
-FleetRow = shapes._shape(
-    "FleetRow",
+HeldRun = shapes._shape(
+    "HeldRun",
+    {
+        **shapes.RunSummary._declared_fields,  # type: ignore[attr-defined]
+        "heldSince": serializers.DateTimeField(help_text="when the run began to hold"),
+        "heldFor": serializers.CharField(help_text="as every page shows it: 12 min, since ..."),
+    },
+)
+HeldCluster = shapes._shape(
+    "HeldCluster",
     {
         "cluster": shapes.Cluster(),
-        "holds": serializers.BooleanField(
-            help_text="whether the run's answer holds the cluster's lifecycle now"
-        ),
-        "heldSince": serializers.DateTimeField(allow_null=True),
-        "clusterRuns": serializers.IntegerField(help_text="the cluster's runs on the fleet"),
-        "run": shapes.RunSummary(help_text="the run that has held the cluster longest"),
+        "heldSince": serializers.DateTimeField(help_text="when its longest hold began"),
+        "runs": HeldRun(many=True, help_text="every run that holds it, oldest first"),
+    },
+)
+ApartRun = shapes._shape(
+    "ApartRun",
+    {
+        "run": shapes.RunSummary(),
+        "holdsNothing": serializers.CharField(help_text="why it holds no lifecycle"),
     },
 )
 FleetCounts = shapes._shape(
     "FleetCounts",
     {
-        **{state: serializers.IntegerField() for state in states.State.values},
-        "clusters": serializers.IntegerField(help_text="rows of the fleet with every filter"),
+        name: serializers.IntegerField()
+        for name in (
+            "held",
+            "rows_held",
+            "rows_background",
+            *(f"held_{s}" for s in fleet.HOLDING_STATES),
+            *(f"hook_{h}" for h in holding.blocking_hooks()),
+            *(f"background_{s}" for s in fleet.BACKGROUND_STATES),
+        )
     },
 )
 FILTER_PARAMETERS = [
@@ -40,46 +64,84 @@ FILTER_PARAMETERS = [
 ]
 
 
-def _filters(request: Request) -> selectors.FleetFilter:
+def _filters(request: Request, view: str = fleet.HELD) -> fleet.FleetFilter:
     form = inputs.FleetFilter(data=request.query_params)
     form.is_valid(raise_exception=True)
-    return selectors.FleetFilter(**form.validated_data)
+    return fleet.FleetFilter(**form.validated_data, view=view)
 
 
-def _row(run: Any) -> dict[str, Any]:
-    summary = selectors.run_summary(run)
-    holds = getattr(run, "held", 1) == 0
+def _held_run(run: Run, now: datetime.datetime) -> dict[str, Any]:
+    held = holding.held(run, now)
+    since = held.since if held else run.created_at
     return {
-        "cluster": summary["cluster"],
-        "holds": holds,
-        "heldSince": summary["createdAt"] if holds else None,
-        "clusterRuns": int(getattr(run, "cluster_runs", 1)),
-        "run": summary,
+        **selectors.run_summary(run),
+        "heldSince": since.isoformat(timespec="seconds"),
+        "heldFor": held.describe(now) if held else "",
     }
+
+
+def _page(request: Request, count: int, rows: list[dict[str, Any]]) -> Response:
+    """LimitOffsetPagination's own answer, with the count the figures query gave."""
+    pages = paging.Pages()
+    pages.count, pages.request = count, request
+    pages.limit = pages.get_limit(request) or paging.Pages.default_limit
+    pages.offset = pages.get_offset(request)
+    return pages.get_paginated_response(rows)
+
+
+def _window(request: Request) -> tuple[int, int]:
+    pages = paging.Pages()
+    return pages.get_offset(request), pages.get_limit(request) or paging.Pages.default_limit
 
 
 class FleetView(generics.GenericAPIView):  # type: ignore[type-arg]
     @extend_schema(
         parameters=FILTER_PARAMETERS,
-        responses={200: FleetRow(many=True), **runs.errors(400, 401, 403, 429)},
+        responses={200: HeldCluster(many=True), **runs.errors(400, 401, 403, 429)},
     )
     def get(self, request: Request) -> Response:
-        """Clusters held (and the runs on the fleet), held longest first, one row each."""
-        now = timezone.now()
-        who = auth.actor(request)
-        chosen = _filters(request)
-        paginator = paging.Pages()
-        limit = paginator.get_limit(request) or paginator.default_limit or 50
-        offset = paginator.get_offset(request)
+        """The clusters held, held longest first, each with every run that holds it (a
+        cluster is found when one of those runs matches every filter)."""
+        now, who, chosen = timezone.now(), auth.actor(request), _filters(request)
+        offset, limit = _window(request)
         try:
-            counts = selectors.fleet_counts(chosen, actor=who, now=now)
-            rows = selectors.fleet_page(chosen, actor=who, now=now, offset=offset, limit=limit)
-        except selectors.FilterError as exc:
+            counts = fleet.counts(chosen, actor=who, now=now)
+            found = fleet.held_clusters(chosen, actor=who, now=now, offset=offset, limit=limit)
+        except fleet.FilterError as exc:
             raise exceptions.ValidationError({"filter": [str(exc)]}) from None
-        # LimitOffsetPagination's own page, with the count the counts query gave.
-        paginator.count, paginator.limit, paginator.offset = counts["clusters"], limit, offset
-        paginator.request = request
-        return paginator.get_paginated_response([_row(run) for run in rows])
+        rows = [
+            {
+                "cluster": {"namespace": c.namespace, "name": c.name, "key": c.key},
+                "heldSince": c.since.isoformat(timespec="seconds"),
+                "runs": [_held_run(run, now) for run in c.runs],
+            }
+            for c in found
+        ]
+        return _page(request, counts["rows_held"], rows)
+
+
+class BackgroundView(generics.GenericAPIView):  # type: ignore[type-arg]
+    @extend_schema(
+        parameters=FILTER_PARAMETERS,
+        responses={200: ApartRun(many=True), **runs.errors(400, 401, 403, 429)},
+    )
+    def get(self, request: Request) -> Response:
+        """The runs that hold nothing (active, or ended without success in the last 24 h),
+        newest first, each with why it holds nothing."""
+        now, who = timezone.now(), auth.actor(request)
+        chosen = _filters(request, fleet.BACKGROUND)
+        offset, limit = _window(request)
+        try:
+            counts = fleet.counts(chosen, actor=who, now=now)
+            found = fleet.background_page(chosen, actor=who, now=now, offset=offset, limit=limit)
+        except fleet.FilterError as exc:
+            raise exceptions.ValidationError({"filter": [str(exc)]}) from None
+        rows = []
+        for run in found:
+            held = holding.held(run, now)
+            why_not = holding.never_holds(run) or (held.ended_by if held else "")
+            rows.append({"run": selectors.run_summary(run), "holdsNothing": why_not})
+        return _page(request, counts["rows_background"], rows)
 
 
 class FleetCountsView(generics.GenericAPIView):  # type: ignore[type-arg]
@@ -90,11 +152,11 @@ class FleetCountsView(generics.GenericAPIView):  # type: ignore[type-arg]
         responses={200: FleetCounts, **runs.errors(400, 401, 403, 429)},
     )
     def get(self, request: Request) -> Response:
-        """The fleet's runs per display state (the state filter aside), and its clusters."""
+        """The fleet page's figures: `held` clusters, `held_<state>` and `hook_<hook>` (the
+        clusters held by such a run), `background_<state>` (runs that hold nothing), and the
+        rows of each view with every filter (`rows_held`, `rows_background`)."""
         try:
-            counts = selectors.fleet_counts(
-                _filters(request), actor=auth.actor(request), now=timezone.now()
-            )
-        except selectors.FilterError as exc:
+            counts = fleet.counts(_filters(request), actor=auth.actor(request), now=timezone.now())
+        except fleet.FilterError as exc:
             raise exceptions.ValidationError({"filter": [str(exc)]}) from None
         return Response(counts)

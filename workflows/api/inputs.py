@@ -51,6 +51,19 @@ FleetFilter = type(
 )
 
 
+#: A bulk action's filter: the fleet's, on one of its views (the clusters held, or the runs
+#: that hold nothing), all pages.
+BulkFilter = type(
+    "BulkFilter",
+    (FleetFilter,),
+    {
+        "view": serializers.ChoiceField(
+            choices=["held", "background"], required=False, help_text="default held"
+        )
+    },
+)
+
+
 class Bulk(Reason):
     action = serializers.ChoiceField(choices=list(bulk.ACTIONS))
     ids = serializers.ListField(
@@ -60,9 +73,9 @@ class Bulk(Reason):
         required=False,
         help_text="the runs to act on",
     )
-    filter = FleetFilter(
+    filter = BulkFilter(
         required=False,
-        help_text="or every run of the fleet these find that the action applies to now",
+        help_text="or every run of the fleet's view these find that the action applies to now",
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from rest_framework.response import Response
 from hooksvc.contract import catalog
 from workflows.api import auth, inputs, problems, shapes
 from workflows.models import Run
-from workflows.operators import access, actions, bulk, selectors, states
+from workflows.operators import access, actions, bulk, fleet, selectors, states
 
 #: The errors every endpoint can answer, for the OpenAPI document.
 ERRORS = {
@@ -197,11 +197,13 @@ class RunViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
         if "ids" in values:
             ids = list(values["ids"])
         else:
-            chosen = selectors.FleetFilter(**values["filter"])
+            given = dict(values["filter"])
+            view = fleet.BACKGROUND if given.pop("view", "held") == "background" else fleet.HELD
+            chosen = fleet.FleetFilter(**given, view=view)
             try:
                 runs = bulk.by_filter(name, chosen, actor=who, now=timezone.now())
                 ids = list(runs.order_by("created_at", "pk").values_list("pk", flat=True))
-            except selectors.FilterError as exc:
+            except fleet.FilterError as exc:
                 raise exceptions.ValidationError({"filter": [str(exc)]}) from None
         try:
             outcomes = bulk.perform(name, ids, actor=who, reason=values["reason"])

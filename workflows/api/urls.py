@@ -36,6 +36,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path(f"{PREFIX}me/", me.MeView.as_view(), name="api-me"),
     path(f"{PREFIX}fleet/", fleet.FleetView.as_view(), name="api-fleet"),
     path(f"{PREFIX}fleet/counts/", fleet.FleetCountsView.as_view(), name="api-fleet-counts"),
+    path(f"{PREFIX}fleet/background/", fleet.BackgroundView.as_view(), name="api-fleet-background"),
     path(PREFIX, include(router.urls)),
     re_path(r"^api/", unknown),
 ]

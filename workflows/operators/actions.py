@@ -167,8 +167,11 @@ def run_retry(*, run_id: int, actor: str | access.Actor, reason: str, step_name:
         # already, or never stopped. A step that succeeded is no retry's business.
         going_on = not steps or steps[0].state not in (*retryable, *StepRun.DONE)
         if run.state in Run.ACTIVE and going_on:
-            what = f"step {step_name!r} is {steps[0].state}" if step_name else "nothing failed"
-            raise AlreadyDone(f"run {run.pk} is already {run.state} ({what})")
+            if step_name:
+                raise AlreadyDone(
+                    f"run {run.pk} is already {run.state}: step {step_name!r} is {steps[0].state}"
+                )
+            raise AlreadyDone(_nothing_to_retry(run, step_name))
         if not steps or any(s.state not in retryable for s in steps):
             raise ActionError(_nothing_to_retry(run, step_name))
         for step in steps:
