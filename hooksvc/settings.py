@@ -331,6 +331,8 @@ SPECTACULAR_SETTINGS = {
         "RunStateEnum": "workflows.api.shapes.RUN_STATES",
         "StepStateEnum": "workflows.api.shapes.STEP_STATES",
         "DisplayStateEnum": "workflows.api.shapes.DISPLAY_STATES",
+        "WayOutActionEnum": "workflows.api.clusters.WAY_OUT_ACTIONS",
+        "BulkActionEnum": "workflows.api.shapes.BULK_ACTIONS",
     },
     "DISABLE_ERRORS_AND_WARNINGS": False,
 }

@@ -68,6 +68,13 @@ def test_lists_shows_and_bypasses_are_the_same(api: Api, fleet: list[Run]) -> No
     listed = json.loads(cli("bypass", "--list", "-o", "json"))
     assert listed == _results(client, "/api/v1/bypasses/")
     assert len(listed) == 2
+    for run in fleet:
+        cluster = f"{run.cluster_namespace}/{run.cluster_name}"
+        explained = json.loads(cli("why", cluster, "-o", "json"))
+        assert explained == client.get(f"/api/v1/clusters/{cluster}/why/").json()
+    # A held cluster's ways out, with a bypass in force over it.
+    explained = json.loads(cli("why", "team-b/team-b-1", "-o", "json"))
+    assert explained["held"] and explained["groups"][0]["bypass"]["reason"] == "drill"
 
 
 def test_an_action_done_twice_says_the_same_on_both(api: Api, fleet: list[Run]) -> None:

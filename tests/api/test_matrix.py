@@ -136,6 +136,11 @@ def test_reads_show_only_the_namespaces_a_caller_may_view(
         want = ALLOWED if ns in sees else HIDDEN
         assert outcome(client.get(f"/api/v1/runs/{runs[ns].pk}/")) == want
         assert outcome(client.get(f"/api/v1/bypasses/{world['bypasses'][ns].pk}/")) == want
+        why = client.get(f"/api/v1/clusters/{ns}/{runs[ns].cluster_name}/why/")
+        assert outcome(why) == want
+        if want == ALLOWED:
+            (group,) = why.json()["groups"]
+            assert [r["run"]["id"] for r in group["runs"]] == [runs[ns].pk]
     me = client.get("/api/v1/me/").json()
     assert me["name"] == f"token:{caller.replace('@', '-at-')}"
     assert me["grants"]["view"] == (None if CALLERS[caller][1] is None else ["team-a"])
@@ -264,10 +269,11 @@ def test_every_route_of_the_api_is_in_the_matrix() -> None:
     from workflows.api import urls
 
     covered = {
-        "me/", "fleet/", "fleet/counts/", "fleet/background/", "runs/", "runs/<pk>/", "runs/<pk>/approve/",
-        "runs/<pk>/retry/", "runs/<pk>/skip/", "runs/<pk>/cancel/", "runs/<pk>/release/",
-        "runs/bulk/", "bypasses/", "bypasses/<pk>/", "bypasses/<pk>/end/", "templates/",
-        "templates/<name>/", "profiles/", "profiles/<name>/", "openapi.json",
+        "me/", "fleet/", "fleet/counts/", "fleet/background/", "clusters/<namespace>/<name>/why/",
+        "runs/", "runs/<pk>/", "runs/<pk>/approve/", "runs/<pk>/retry/", "runs/<pk>/skip/",
+        "runs/<pk>/cancel/", "runs/<pk>/release/", "runs/bulk/", "bypasses/", "bypasses/<pk>/",
+        "bypasses/<pk>/end/", "templates/", "templates/<name>/", "profiles/", "profiles/<name>/",
+        "openapi.json",
     }  # fmt: skip
     routes = {_route(p) for p in urls.urlpatterns[:-1] if not hasattr(p, "url_patterns")}
     routes |= {_route(p) for p in urls.router.urls}

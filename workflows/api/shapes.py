@@ -22,6 +22,7 @@ MOMENTS = list(catalog.MOMENTS)
 RUN_STATES = list(Run.State.values)
 STEP_STATES = list(StepRun.State.values)
 DISPLAY_STATES = list(states.State.values)
+BULK_ACTIONS = list(bulk.ACTIONS)
 
 
 def _shape(name: str, fields: dict[str, serializers.Field[Any, Any, Any, Any]]) -> type:

@@ -8,7 +8,7 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import routers
 
-from workflows.api import bypasses, definitions, fleet, me, openapi, problems, runs
+from workflows.api import bypasses, clusters, definitions, fleet, me, openapi, problems, runs
 
 PREFIX = "api/v1/"
 
@@ -37,6 +37,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path(f"{PREFIX}fleet/", fleet.FleetView.as_view(), name="api-fleet"),
     path(f"{PREFIX}fleet/counts/", fleet.FleetCountsView.as_view(), name="api-fleet-counts"),
     path(f"{PREFIX}fleet/background/", fleet.BackgroundView.as_view(), name="api-fleet-background"),
+    re_path(
+        rf"^{PREFIX}clusters/(?P<namespace>{clusters.NAMESPACE})/(?P<name>{clusters.NAME})/why/$",
+        clusters.WhyView.as_view(),
+        name="api-cluster-why",
+    ),
     path(PREFIX, include(router.urls)),
     re_path(r"^api/", unknown),
 ]
