@@ -42,6 +42,15 @@ def test_input_problems_name_each_field_and_write_nothing(admin: APIClient) -> N
     assert not RunEvent.objects.filter(kind="action").exists()
 
 
+def test_a_hints_placeholder_is_no_reason(admin: APIClient) -> None:
+    run = waiting_run("team-a")
+    body = {"step": "approve", "reason": "<why>"}
+    response = admin.post(f"/api/v1/runs/{run.pk}/approve/", body, format="json")
+    (error,) = problem(response)["errors"]
+    assert error["field"] == "reason" and "placeholder" in error["message"]
+    assert not RunEvent.objects.filter(kind="action").exists()
+
+
 @pytest.mark.parametrize(
     ("request_", "status", "code"),
     [

@@ -12,7 +12,7 @@ from typing import Any
 from rest_framework import serializers
 
 from hooksvc.contract import catalog
-from workflows.operators import bulk, states
+from workflows.operators import bulk, reasons, states
 
 #: Run ids are PostgreSQL bigints; a larger number names no run (and must not reach SQL).
 MAX_ID = 2**63 - 1
@@ -22,6 +22,13 @@ class Reason(serializers.Serializer):  # type: ignore[type-arg]
     reason = serializers.CharField(
         max_length=500, help_text="why, in your words (recorded with the action)"
     )
+
+    def validate_reason(self, value: str) -> str:
+        # A hint's `<why>` pasted as is is no reason (workflows.operators.reasons).
+        wrong = reasons.problem(value)
+        if wrong:
+            raise serializers.ValidationError(wrong)
+        return value
 
 
 class StepReason(Reason):
