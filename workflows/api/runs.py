@@ -56,13 +56,15 @@ class RunFilter(filters.BaseFilterBackend):
 
     def filter_queryset(self, request: Request, queryset: QuerySet[Any], view: Any) -> Any:
         given = {name: request.query_params.get(name) for name, _, _ in self.PARAMETERS}
-        bad = [
-            {name: [f"one of: {', '.join(choices)}"]}
+        bad = {
+            name: [f"one of: {', '.join(choices)}"]
             for name, _, choices in self.PARAMETERS
             if choices and given[name] and given[name] not in choices
-        ]
+        }
         if bad:
-            raise exceptions.ValidationError({k: v for each in bad for k, v in each.items()})
+            raise exceptions.ValidationError(bad)
+        # The whole query is the service's, as `workflows list` makes it; the view's own
+        # queryset is the same call without filters (for the ordering and the pages).
         return selectors.runs_list(
             actor=auth.actor(request),
             state=given["state"] or None,
