@@ -46,6 +46,11 @@ STEP_FAILURES = Counter(
     "Steps that failed for good (retries exhausted or a permanent error), by step type.",
     ["type"],
 )
+STEP_THREADS_ABANDONED = Gauge(
+    "hooksvc_step_threads_abandoned",
+    "Step calls abandoned at their bound whose threads still run, per worker process.",
+    multiprocess_mode="livesum",
+)
 WATCHER_PASSES = Counter(
     "hooksvc_watcher_passes",
     "The Cluster watcher's lists and watches, by outcome (ok, failed, gone).",
@@ -102,3 +107,5 @@ def engine_event(event: observe.Event) -> None:
     """The engine's listener (registered in hooksvc/apps.py): its events, counted."""
     if isinstance(event, observe.StepFinished):
         step_finished(step_type=event.step_type, seconds=event.seconds, failed=event.failed)
+    elif isinstance(event, observe.StepThreads):
+        STEP_THREADS_ABANDONED.set(event.abandoned)

@@ -70,8 +70,14 @@ ENVIRONMENT: dict[str, str] = {
     " up to 30 s)",
     "HOOKSVC_POLL_LEASE_SECONDS": "how long a batch owns the steps it claimed (a killed worker's"
     " steps are polled again after it), default 60",
-    "HOOKSVC_STEP_LEASE_SECONDS": "how long an attempt owns the step it claimed (a killed worker's"
-    " step is attempted again after it; extended while the step runs), default 60",
+    "HOOKSVC_STEP_LEASE_SECONDS": "how long an attempt owns the step it claimed beyond its"
+    " call's bound (a backstop: a dead worker's steps are freed by its heartbeat), default 60",
+    "HOOKSVC_WORKER_BEAT_SECONDS": "how often a worker process that holds step leases writes"
+    " its heartbeat row, default 2",
+    "HOOKSVC_WORKER_DEAD_SECONDS": "a worker process whose heartbeat is older than this is dead:"
+    " its steps are claimed again, default 10",
+    "HOOKSVC_STEP_THREADS_MAX_ABANDONED": "step calls abandoned at their bound whose threads"
+    " still run, past which a prefork pool process is replaced, default 4",
     "HOOKSVC_HOOK_CALL_RETENTION_DAYS": "how long hook calls are kept for the admin, default 7",
     "HOOKSVC_HOOK_CALL_FLUSH_SECONDS": "hook call records are written in batches this often,"
     " default 0.2; 0 writes each one before the call is answered",
@@ -434,8 +440,20 @@ RECONCILE_GRACE_SECONDS = _number("HOOKSVC_RECONCILE_GRACE_SECONDS", 30)
 #: Batched polls (workflows.engine.polls): at most this many steps per batch, owned this long.
 POLL_BATCH_SIZE = max(1, int(_number("HOOKSVC_POLL_BATCH_SIZE", 100)))
 POLL_LEASE_SECONDS = _number("HOOKSVC_POLL_LEASE_SECONDS", 60)
-#: A step attempt's lease (workflows.engine.leases), renewed every third of it while it runs.
+#: A step attempt's lease (workflows.engine.leases) lasts its call's bound and this long more;
+#: renewed only when an outcome waits past it to be recorded.
 STEP_LEASE_SECONDS = _number("HOOKSVC_STEP_LEASE_SECONDS", 60)
+#: Worker liveness (workflows.engine.workers): a process holding leases beats this often, and
+#: one whose beat is older than WORKER_DEAD_SECONDS is dead (its leases are freed).
+WORKER_BEAT_SECONDS = _number("HOOKSVC_WORKER_BEAT_SECONDS", 2)
+WORKER_DEAD_SECONDS = _number("HOOKSVC_WORKER_DEAD_SECONDS", 10)
+if WORKER_DEAD_SECONDS < 2 * WORKER_BEAT_SECONDS:
+    raise RuntimeError(
+        "HOOKSVC_WORKER_DEAD_SECONDS must be at least twice HOOKSVC_WORKER_BEAT_SECONDS"
+    )
+#: Step calls abandoned at their bound whose threads still run (workflows.engine.calls): past
+#: this many, a prefork pool process asks to be replaced once its task is done.
+STEP_THREADS_MAX_ABANDONED = int(_number("HOOKSVC_STEP_THREADS_MAX_ABANDONED", 4, zero=True))
 #: A waiting step due at least this far ahead gets no countdown message
 #: (workflows.engine.attempts.needs_countdown).
 POLL_BATCH_MIN_WAIT_SECONDS = _number("HOOKSVC_POLL_BATCH_MIN_WAIT_SECONDS", 5, zero=True)

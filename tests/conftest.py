@@ -13,10 +13,12 @@ import redis
 from django.conf import settings
 from django.core.management import CommandError
 from django.core.management.commands import flush
+from django.db import connection
 
 from hooksvc import multiproc
 from tests.support import servers
 from tests.support.worker import Worker
+from workflows.engine import calls, leases
 
 if TYPE_CHECKING:
     # Imported by pytest as a plugin (below); importing it here first would stop pytest
@@ -50,6 +52,37 @@ def _flush_survives_deadlocks() -> Iterator[None]:
     flush.Command.handle = handle  # type: ignore[method-assign]
     yield
     flush.Command.handle = original  # type: ignore[method-assign]
+
+
+@pytest.fixture(autouse=True)
+def _step_calls_see_the_tests_transaction(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test wrapped in one transaction (`django_db` without transaction=True) runs step
+    calls on its own thread: a step thread's connection would not see the test's rows.
+    Transactional tests and real workers run them on step threads, bounded, as in production."""
+    marker = request.node.get_closest_marker("django_db")
+    if (
+        marker is None
+        or marker.kwargs.get("transaction")
+        or "transactional_db" in getattr(request, "fixturenames", ())
+    ):
+        return
+    monkeypatch.setattr(calls, "on_calling_thread", True)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's test database, and before it is dropped: the engine's own threads in
+    this process (the lease heartbeat, step threads) keep connections, as in a worker; end
+    them, or the drop would find the database in use."""
+    yield
+    leases.heartbeat.rest()
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
 
 # The Kubernetes API emulator's fixtures (kube_server, kube, kubeconfig_path).

@@ -172,15 +172,25 @@ class StepRun(models.Model):
     type = models.CharField(max_length=63)
     params = models.JSONField(default=dict)
     depends_on = models.JSONField(default=list)
+    #: The whole step's bound from its first attempt (the template's timeoutSeconds, else its
+    #: type's default); None or 0: none.
     timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
+    #: The bound of one call of its type's function (StepType.call_timeout_seconds when the
+    #: run started); None: the function runs inline (no I/O), unbounded per call.
+    call_timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
+    #: Its error budget: a temporary error fails the step only when more than `retries`
+    #: attempts failed in a row AND the streak has lasted `retry_for_seconds`.
     retries = models.PositiveSmallIntegerField(default=0)
+    retry_for_seconds = models.PositiveIntegerField(default=0)
     #: Only a person ends this step's waiting (its type's StepType.waits_for_person when the
     #: run started): the hook path and the display states read it in SQL, without loading
     #: the step types (the web process does not import them).
     waits_for_person = models.BooleanField(default=False)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
-    #: Failed attempts so far (the first attempt is not a retry).
+    #: Failed attempts in a row since the step last made progress (a poll or its end).
     failures = models.PositiveSmallIntegerField(default=0)
+    #: When the current streak of failed attempts began (None: no failure since progress).
+    failing_since = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     due_at = models.DateTimeField(null=True, blank=True)
@@ -190,8 +200,9 @@ class StepRun(models.Model):
     output = models.JSONField(default=dict)
     #: Deterministic progress or error text.
     message = models.CharField(max_length=500, blank=True)
-    #: The process attempting the step now ("" when no attempt holds it); see
-    #: workflows.engine.leases. Any move of the step by someone else clears it.
+    #: The process attempting the step now ("" when no attempt holds it): host:pid:nonce,
+    #: as its WorkerBeat row names it; see workflows.engine.leases. Any move of the step by
+    #: someone else clears it.
     lease_owner = models.CharField(max_length=255, blank=True, default="")
     #: When the attempt's lease passes (extended while the step's code runs); another
     #: attempt may claim the step after it.
@@ -219,6 +230,24 @@ class StepRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.type})"
+
+
+class WorkerBeat(models.Model):
+    """A process that holds step leases, and when it last said it is alive (one row each).
+
+    Written by the process' heartbeat thread every WORKER_BEAT_SECONDS while it holds leases
+    (workflows.engine.leases); a row older than WORKER_DEAD_SECONDS is a dead process, whose
+    leases the reaper frees (workflows.engine.workers). Times are the database's clock, so
+    that hosts whose clocks differ by seconds still judge each other alike.
+    """
+
+    #: host:pid:nonce (the nonce is new at every start, so a reused pid is another owner).
+    owner = models.CharField(max_length=255, primary_key=True)
+    started_at = models.DateTimeField()
+    beat_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.owner
 
 
 class StepArtifact(models.Model):

@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from celery import shared_task
+from celery.signals import task_postrun, worker_process_init
 
 from workflows import errors
-from workflows.engine import attempts, cleanups, dispatch, polls, reconciler, scheduling
+from workflows.engine import attempts, calls, cleanups, dispatch, polls, reconciler, scheduling
 from workflows.hookpath import hookcalls
 from workflows.kube import events
 
@@ -25,6 +26,32 @@ logger = logging.getLogger(__name__)
 #: Attempts of an Event while the API server does not answer, and the wait between them.
 EVENT_RETRIES = 3
 EVENT_RETRY_SECONDS = 10
+
+
+#: This process is a prefork pool process (Celery's worker_process_init ran in it).
+_pool_process = False
+
+
+@worker_process_init.connect
+def _in_a_pool_process(**kwargs: object) -> None:
+    global _pool_process
+    _pool_process = True
+
+
+@task_postrun.connect
+def _replaced_when_overloaded(**kwargs: object) -> None:
+    """A prefork pool process in which too many abandoned step calls still run (code stuck in
+    C, which an asynchronous exception cannot stop) asks to be replaced, once its task is
+    done: billiard reports the SystemExit, and the worker forks a fresh process (Celery
+    requeues the task's message as from a lost process: its work is recorded, so running it
+    again changes nothing). A thread pool's process (`make run`) keeps serving: the
+    hooksvc_step_threads_abandoned gauge and its alert say when to restart it."""
+    if _pool_process and calls.overloaded():
+        logger.error(
+            "too many abandoned step calls still run: this pool process asks to be replaced",
+            extra={"action": "pool_process_replaced", "abandoned": calls.abandoned()},
+        )
+        raise SystemExit(0)
 
 
 @contextlib.contextmanager

@@ -65,7 +65,7 @@ def test_a_failed_job_fails_the_run_and_its_log_tail_is_kept(
 def test_a_conformance_step_out_of_retries_deletes_what_it_made(
     kube: KubeEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    steps = [{"name": "conformance", "type": "conformance", "retries": 0}]
+    steps = [{"name": "conformance", "type": "conformance", "retries": 0, "retryForSeconds": 0}]
     run = start("AfterClusterUpgrade", steps)
     name = f"hooksvc-{run.pk}-conformance"
     assert kube.get_object("", "v1", "namespaces", None, name) is not None

@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 import redis
+from django.conf import settings
 from django.db import connection
 
 from tests.support import capi
@@ -35,6 +36,10 @@ from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, StepRun, WorkflowTemplate
 from workflows.operators import actions
 from workflows.steps import registry
+
+#: A claim's lease lasts its call's bound (a custom type's default) and its own length: the
+#: clock moved this far past a claim finds it passed.
+LEASE_PASSES = settings.STEP_LEASE_SECONDS + registry.DEFAULT_CALL_TIMEOUT_SECONDS + 1
 
 
 def _run(template: WorkflowTemplate | str, steps: list[dict[str, Any]], cluster: str = "c1") -> Run:
@@ -131,7 +136,7 @@ def test_a_lease_that_passes_mid_step_drops_the_late_outcome_and_the_next_attemp
         started=clock.now(),
     )
     assert attempts.claim(step_ids=[step.pk]) == [], "the lease holds the step"
-    later(61)
+    later(LEASE_PASSES)
     [second] = attempts.claim(step_ids=[step.pk])
     assert second.lease.token == slow.lease.token + 1
     scheduling.advance(run.pk, [attempts.run(second)])
@@ -159,7 +164,7 @@ def test_a_first_poll_whose_lease_passed_is_dropped_on_the_one_statement_path_to
     [first] = scheduling._schedule(run.pk, [])  # the run starts: its step is claimed
     late = attempts.run(first)
     assert attempts.starts_waiting_alone(late)
-    later(61)
+    later(LEASE_PASSES)
     [second] = attempts.claim(step_ids=[first.step.pk])
 
     with caplog.at_level(logging.WARNING, logger="workflows.engine.attempts"):

@@ -121,7 +121,8 @@ def test_the_claim_takes_at_most_n_due_waiting_steps_most_overdue_first(
     assert clusters(second) == ["c3", "c4", "c5"]
     assert clusters(third) == ["c6"]
     assert attempts.claim(limit=3, lease_seconds=60) == []
-    lease = now[0] + datetime.timedelta(seconds=60)
+    # A lease lasts the batch's 60 s and its call's bound (a custom type's default).
+    lease = now[0] + datetime.timedelta(seconds=60 + registry.DEFAULT_CALL_TIMEOUT_SECONDS)
     leased = StepRun.objects.filter(lease_expires_at=lease).values_list(
         "run__cluster_name", flat=True
     )
@@ -242,7 +243,7 @@ def test_the_reconciler_leaves_due_waiting_steps_to_the_batch_poller(
 ) -> None:
     run = _run("poller", _poller(every=2, polls_=2))
     scheduling.advance(run.pk)  # a short wait: its countdown is never delivered here
-    _later(now, 3600)
+    _later(now, 600)
 
     assert reconciler.reconcile() == reconciler.ReconcileReport(runs=0, steps=0)
     assert polls.poll_due().finished == 1

@@ -48,6 +48,7 @@ def test_a_valid_template_is_normalized_with_every_default() -> None:
                 "with": {"seconds": 5},
                 "timeoutSeconds": None,
                 "retries": 3,
+                "retryForSeconds": 300,
                 "dependsOn": [],
             },
             {
@@ -56,6 +57,7 @@ def test_a_valid_template_is_normalized_with_every_default() -> None:
                 "with": {},
                 "timeoutSeconds": None,
                 "retries": 3,
+                "retryForSeconds": 300,
                 "dependsOn": ["snapshot"],
             },
         ],
@@ -81,6 +83,7 @@ def test_given_values_are_kept_and_step_parameter_defaults_filled_in() -> None:
                         "with": {"url": "https://hooks.example.com/x"},
                         "timeoutSeconds": 60,
                         "retries": 0,
+                        "retryForSeconds": 30,
                     }
                 ],
             )
@@ -103,6 +106,7 @@ def test_given_values_are_kept_and_step_parameter_defaults_filled_in() -> None:
             },
             "timeoutSeconds": 60,
             "retries": 0,
+            "retryForSeconds": 30,
             "dependsOn": [],
         }
     ]
@@ -175,15 +179,19 @@ STEPS = documents.template()["spec"]["steps"]
         (
             {"steps": [{"name": "n", "type": "noop", "retry": 3}]},
             "spec.steps[0].retry: unknown field "
-            "(known: name, type, with, timeoutSeconds, retries, dependsOn)",
+            "(known: name, type, with, timeoutSeconds, retries, retryForSeconds, dependsOn)",
         ),
         (
             {"steps": [{"name": "n", "type": "noop", "retries": 101}]},
             "spec.steps[0].retries: must be an integer from 0 to 100",
         ),
         (
-            {"steps": [{"name": "n", "type": "noop", "timeoutSeconds": 0}]},
-            "spec.steps[0].timeoutSeconds: must be an integer from 1 to 2147483647",
+            {"steps": [{"name": "n", "type": "noop", "timeoutSeconds": -1}]},
+            "spec.steps[0].timeoutSeconds: must be an integer from 0 to 2147483647",
+        ),
+        (
+            {"steps": [{"name": "n", "type": "noop", "retryForSeconds": 604801}]},
+            "spec.steps[0].retryForSeconds: must be an integer from 0 to 604800",
         ),
         ({"steps": [{"type": "noop"}]}, "spec.steps[0].name: is required"),
         (

@@ -215,12 +215,24 @@ def _step(types: Mapping[str, registry.StepType]) -> Schema:
                 "properties": union,
                 "x-kubernetes-preserve-unknown-fields": True,
             },
-            "timeoutSeconds": _integer("The step fails once it has run this long.", minimum=1),
+            "timeoutSeconds": _integer(
+                "The step fails once it has run this long, whether its code returns or not;"
+                " 0: never (default: its type's bound).",
+                minimum=0,
+            ),
             "retries": _integer(
-                "Attempts after a temporary failure, with backoff.",
+                "Temporary errors in a row (since the step last made progress) that it"
+                " survives, with backoff; it fails only past both these and retryForSeconds.",
                 minimum=0,
                 maximum=spec.MAX_RETRIES,
                 default=spec.DEFAULT_RETRIES,
+            ),
+            "retryForSeconds": _integer(
+                "How long a streak of temporary errors may last before it fails the step;"
+                " it fails only past both this and retries.",
+                minimum=0,
+                maximum=spec.MAX_RETRY_FOR_SECONDS,
+                default=spec.DEFAULT_RETRY_FOR_SECONDS,
             ),
             "dependsOn": _names("Steps that must succeed (or be skipped) first."),
         },

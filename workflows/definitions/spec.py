@@ -35,6 +35,9 @@ MAX_RETRIES = 100
 MAX_STEPS = 200
 #: The defaults live with the typed template (workflows.definitions.typed).
 DEFAULT_RETRIES = typed.DEFAULT_RETRIES
+DEFAULT_RETRY_FOR_SECONDS = typed.DEFAULT_RETRY_FOR_SECONDS
+#: A week: a longer budget for temporary errors is a typo, not a plan.
+MAX_RETRY_FOR_SECONDS = 7 * 24 * 3600
 DEFAULT_RETRY_AFTER_SECONDS = typed.DEFAULT_RETRY_AFTER_SECONDS
 #: The hooks a template may name, and hooksvc's own moment after a Cluster is gone.
 TEMPLATE_HOOKS: tuple[str, ...] = tuple(catalog.MOMENTS)
@@ -109,7 +112,7 @@ def _selector(value: Any) -> typed.Selector:
     )
 
 
-STEP_FIELDS = ("name", "type", "with", "timeoutSeconds", "retries", "dependsOn")
+STEP_FIELDS = ("name", "type", "with", "timeoutSeconds", "retries", "retryForSeconds", "dependsOn")
 
 
 def _step(value: Any, where: str, hook: str) -> typed.Step:
@@ -126,16 +129,25 @@ def _step(value: Any, where: str, hook: str) -> typed.Step:
         message = text[len(prefix) :] if exc.field and text.startswith(prefix) else text
         field = f"{where}.type" if exc.field == "type" else fields.join(f"{where}.with", exc.field)
         raise fields.FieldError(field, message) from None
-    retries = fields.integer(raw.get("retries"), f"{where}.retries", minimum=0, maximum=MAX_RETRIES)
+    budget = {
+        attr: value
+        for attr, key, maximum in (
+            ("retries", "retries", MAX_RETRIES),
+            ("retry_for_seconds", "retryForSeconds", MAX_RETRY_FOR_SECONDS),
+        )
+        if (value := fields.integer(raw.get(key), f"{where}.{key}", minimum=0, maximum=maximum))
+        is not None
+    }
     return typed.Step(
         name=name,
         type=step_type,
         params=params,
+        # 0: no bound for the whole step, said explicitly (unset: its type's default).
         timeout_seconds=fields.integer(
-            raw.get("timeoutSeconds"), f"{where}.timeoutSeconds", minimum=1
+            raw.get("timeoutSeconds"), f"{where}.timeoutSeconds", minimum=0
         ),
         # Unset fields take the typed template's defaults.
-        **({} if retries is None else {"retries": retries}),
+        **budget,
         depends_on=tuple(fields.names(raw.get("dependsOn"), f"{where}.dependsOn")),
     )
 

@@ -24,6 +24,11 @@ from typing import Any
 from hooksvc.contract import catalog
 
 DEFAULT_RETRIES = 3
+#: A step's error budget in time: temporary errors fail it only once they have lasted this
+#: long (and more than `retries` attempts in a row), so an API server away for a few
+#: minutes (an upgrade of the management cluster) never fails a step (README "Timeouts and
+#: retries").
+DEFAULT_RETRY_FOR_SECONDS = 300
 DEFAULT_RETRY_AFTER_SECONDS = 10
 #: The choices of the template's policies; the first is the default.
 ON_FAILURE = ("Block", "Fail")
@@ -63,9 +68,10 @@ class Step:
     name: str
     type: str
     params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    #: None: the step type's default_timeout_seconds, if it has one.
+    #: None: the step type's default_timeout_seconds; 0: none (the template says so).
     timeout_seconds: int | None = None
     retries: int = DEFAULT_RETRIES
+    retry_for_seconds: int = DEFAULT_RETRY_FOR_SECONDS
     depends_on: tuple[str, ...] = ()
 
     def as_spec(self) -> dict[str, Any]:
@@ -75,6 +81,7 @@ class Step:
             "with": dict(self.params),
             "timeoutSeconds": self.timeout_seconds,
             "retries": self.retries,
+            "retryForSeconds": self.retry_for_seconds,
             "dependsOn": list(self.depends_on),
         }
 
@@ -141,7 +148,11 @@ _TEMPLATE_SCALARS = {
     "concurrency": "concurrency",
     "holdsLifecycle": "holds",
 }
-_STEP_SCALARS = {"timeoutSeconds": "timeout_seconds", "retries": "retries"}
+_STEP_SCALARS = {
+    "timeoutSeconds": "timeout_seconds",
+    "retries": "retries",
+    "retryForSeconds": "retry_for_seconds",
+}
 
 
 def _step(step: Mapping[str, Any]) -> Step:

@@ -10,18 +10,25 @@ answer does not show on its step's row alone, every other outcome as a transitio
 the run's scheduling transaction (workflows.engine.scheduling holds the run's lock); a
 chain's success and the claim of what it makes due are one statement. An outcome whose lease
 was lost (it passed and the step was claimed again, or an operator moved the step) is
-dropped and logged, never written. `decide` is the retry policy, a pure function:
-failed attempts are retried with exponential backoff and full jitter, up to `retries`.
+dropped and logged, never written. `decide` (workflows.engine.policy, a pure function)
+says what a result does to its step: the error budget, the timeouts.
+
+A call of a step's function is bounded (`run`): an inline type's runs here and returns at
+once; any other's runs on a step thread (workflows.engine.calls), and the attempt waits for
+it at most until the earlier of the step's deadline (its first attempt plus timeoutSeconds)
+and the call's bound (its type's call_timeout_seconds). At the deadline the step fails for
+good ("timed out after N s", its cleanup runs); at the call's bound before it, the attempt
+is a temporary error that the error budget judges. Either way the attempt returns then.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import logging
-import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -29,6 +36,7 @@ from django.db import transaction
 
 from workflows import errors
 from workflows.engine import (
+    calls,
     claims,
     cleanups,
     clock,
@@ -40,6 +48,7 @@ from workflows.engine import (
     transitions,
 )
 from workflows.engine.claims import Attempt, claim
+from workflows.engine.policy import Decision, Result, backoff, decide, needs_countdown
 from workflows.models import StepRun
 from workflows.steps import registry
 
@@ -64,95 +73,85 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Backoff of failed attempts: base * 2^(n-1), capped, with full jitter.
-BACKOFF_BASE_SECONDS = 2.0
-BACKOFF_CAP_SECONDS = 300.0
-
-
-def _full_jitter(cap: float) -> float:
-    # Spreads retries; not a secret, so the standard generator is right (bandit B311).
-    return random.uniform(0, cap)  # noqa: S311  # nosec B311
-
-
-#: Test seam: replaced to make backoff deterministic.
-jitter: Callable[[float], float] = _full_jitter
-
-
-def backoff(failures: int) -> float:
-    """Seconds before attempt `failures + 1`: exponential, capped, with full jitter."""
-    cap = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (failures - 1))
-    return max(0.5, jitter(cap))
-
-
-#: Poll.on_time gets a countdown up to this far ahead: beyond, a beat is under 3% of the wait,
-#: and an ETA message sits unacked so long (kombu's redis QoS.restore_visible redelivers it).
-ON_TIME_MAX_SECONDS = 30.0
-
-
-def needs_countdown(state: str, after: float, *, on_time: bool = False) -> bool:
-    """A retry and a short wait get a countdown message; a long wait is the batch poller's.
-
-    Batched polls (workflows.engine.polls) find waiting steps by their due_at, which saves a
-    message per poll but adds up to a beat period of latency: worth it only for long waits,
-    and for a timer's end (`on_time`: polled once, not every few seconds) only past 30 s.
-    """
-    limit = ON_TIME_MAX_SECONDS if on_time else settings.POLL_BATCH_MIN_WAIT_SECONDS
-    return state != StepRun.State.WAITING or after < limit
-
 
 # --- Run ------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Result:
-    """What one attempt came to; `outcome` None: the step was handed back unattempted."""
-
-    attempt: Attempt
-    outcome: registry.Outcome | errors.StepError | None
-    #: The step's memory after the attempt (the function changes it in place).
-    memo: dict[str, Any]
-    #: When the attempt ran, and when the step's first attempt did.
-    at: datetime.datetime
-    started: datetime.datetime
-    #: When the step's code returned (None: at `at`). A retry's backoff counts from here:
-    #: counted from `at`, an attempt that ran longer than its backoff (a connect timeout)
-    #: would be due again before its failure is even recorded.
-    ended: datetime.datetime | None = None
-
-    @property
-    def repeats(self) -> bool:
-        """A waiting step that polls again (or goes back unpolled): its own row only."""
-        waiting = self.attempt.step.state == StepRun.State.WAITING
-        return waiting and (self.outcome is None or isinstance(self.outcome, registry.Poll))
-
-
 def run(attempt: Attempt, *, at: datetime.datetime | None = None) -> Result:
-    """Call the step's function once, or time it out; never raises for the step's errors.
+    """Call the step's function once, bounded (see the module's docstring); never raises for
+    the step's errors.
 
-    No transaction is open (checked: invariant 8) and no row lock is held; the lease,
-    extended by the heartbeat while the function runs, keeps other attempts away. `at`
-    is the attempt's time (default now).
+    No transaction is open (checked: invariant 8) and no row lock is held; the lease keeps
+    other attempts away. `at` is the attempt's time (default now).
     """
     leases.no_transaction_open()
     step = attempt.step
     at = at or clock.now()
     started = step.started_at or at
     ctx = registry.StepContext.of(attempt.run, step)
-    if step.timeout_seconds and at - started > datetime.timedelta(seconds=step.timeout_seconds):
-        outcome: registry.Outcome | errors.StepError = errors.PermanentError(
-            messages.step_timed_out(step.timeout_seconds)
-        )
+    deadline = (
+        started + datetime.timedelta(seconds=step.timeout_seconds) if step.timeout_seconds else None
+    )
+    step_type = registry.find(step.type)
+    memo = ctx.memo
+    outcome: registry.Outcome | errors.StepError
+    if deadline is not None and at >= deadline:
+        outcome = errors.PermanentError(messages.step_timed_out(step.timeout_seconds or 0))
+    elif step_type is None or step_type.inline:
+        # No I/O (or an unknown type, which fails at once): it returns here and now.
+        outcome = execute_once(ctx, observe.log_fields(attempt.run, step))
     else:
         with leases.heartbeat.hold([attempt.lease]):
-            outcome = execute_once(ctx, observe.log_fields(attempt.run, step))
+            outcome, memo = _bounded(ctx, attempt, step_type, at=at, deadline=deadline)
     return Result(
         attempt=attempt,
         outcome=outcome,
-        memo=ctx.memo,
+        memo=memo,
         at=at,
         started=started,
         ended=max(at, clock.now()),
     )
+
+
+def _bounded(
+    ctx: registry.StepContext,
+    attempt: Attempt,
+    step_type: registry.StepType,
+    *,
+    at: datetime.datetime,
+    deadline: datetime.datetime | None,
+) -> tuple[registry.Outcome | errors.StepError, dict[str, Any]]:
+    """The step's function on a step thread, waited for until its bound: its outcome and the
+    memo to record (as the call left it when it was abandoned: what it made is cleaned up)."""
+    step = attempt.step
+    # A step made before calls were bounded has no bound of its own: its type's.
+    bound = float(step.call_timeout_seconds or step_type.call_timeout_seconds or 0)
+    timeout = step.timeout_seconds or 0
+    at_deadline = deadline is not None and (deadline - at).total_seconds() <= bound
+    if deadline is not None and at_deadline:
+        bound = (deadline - at).total_seconds()
+    fields = observe.log_fields(attempt.run, step)
+    outcome = calls.call(functools.partial(execute_once, ctx, fields), seconds=bound)
+    if outcome is not calls.TIMED_OUT:
+        return outcome, ctx.memo
+    logger.warning(
+        "step call did not return within its bound",
+        extra={"action": "step_call_timeout", "seconds": round(bound, 3), **fields},
+    )
+    memo = _snapshot(ctx.memo, dict(step.memo))
+    if at_deadline:
+        return errors.PermanentError(messages.step_timed_out(timeout)), memo
+    return errors.TemporaryError(messages.step_call_timed_out(int(bound))), memo
+
+
+def _snapshot(memo: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a memo that an abandoned call may still change; `before` if it cannot be
+    copied (it changed as it was read)."""
+    try:
+        copied: dict[str, Any] = json.loads(json.dumps(memo))
+    except (RuntimeError, TypeError, ValueError):
+        return before
+    return copied
 
 
 def hand_back(attempt: Attempt, *, at: datetime.datetime) -> Result:
@@ -175,77 +174,6 @@ def execute_once(
             "step raised an unexpected error", extra={"action": "step_error", **fields}
         )
         return errors.TemporaryError(messages.step_unexpected_error(exc))
-
-
-# --- Decide ---------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    """What a result does to its step: the state it moves to and the columns it writes."""
-
-    state: str
-    fields: Mapping[str, Any]
-
-    @property
-    def finished(self) -> bool:
-        return self.state in StepRun.FINISHED
-
-
-def decide(result: Result) -> Decision:
-    """The step's next state after `result`: a pure function (the retry policy included)."""
-    step, outcome, at = result.attempt.step, result.outcome, result.at
-    if result.repeats:
-        return Decision(StepRun.State.WAITING, _poll_changes(result))
-    common: dict[str, Any] = {"memo": result.memo, "started_at": result.started}
-    if isinstance(outcome, registry.Done):
-        return Decision(
-            StepRun.State.SUCCEEDED, {**common, "output": dict(outcome.output), "message": ""}
-        )
-    if isinstance(outcome, registry.Poll):
-        if outcome.output is not None:
-            common["output"] = dict(outcome.output)
-        return Decision(
-            StepRun.State.WAITING,
-            {
-                **common,
-                "due_at": _after(at, outcome.after),
-                "message": messages.fit(outcome.message),
-            },
-        )
-    if outcome is None:  # never: an unattempted step repeats (handed back), decided above
-        raise ValueError(f"step {step.pk}: a result without an outcome moves nothing")
-    failures = step.failures + 1
-    common.update(failures=failures, message=messages.fit(outcome.message))
-    if outcome.output is not None:
-        common["output"] = dict(outcome.output)
-    if isinstance(outcome, errors.TemporaryError) and failures <= step.retries:
-        delay = outcome.delay if outcome.delay is not None else backoff(failures)
-        failed_at = result.ended or at
-        return Decision(StepRun.State.READY, {**common, "due_at": _after(failed_at, delay)})
-    return Decision(StepRun.State.FAILED, common)
-
-
-def _after(at: datetime.datetime, seconds: float) -> datetime.datetime:
-    return at + datetime.timedelta(seconds=max(0.0, seconds))
-
-
-def _poll_changes(result: Result) -> dict[str, Any]:
-    """The columns a repeated poll changes: the next due time, and what differs from the row."""
-    step, outcome, at = result.attempt.step, result.outcome, result.at
-    if not isinstance(outcome, registry.Poll):  # handed back: due at once, nothing else
-        return {"due_at": at}
-    changes: dict[str, Any] = {"due_at": _after(at, outcome.after)}
-    if result.memo != step.memo:
-        changes["memo"] = result.memo
-    message = messages.fit(outcome.message)
-    if message != step.message:
-        changes["message"] = message
-    if outcome.output is not None and dict(outcome.output) != step.output:
-        changes["output"] = dict(outcome.output)
-    if step.started_at is None:
-        changes["started_at"] = at
-    return changes
 
 
 # --- Record ---------------------------------------------------------------------------------

@@ -3,8 +3,11 @@
 `claim` leases due steps in one compare-and-set UPDATE (by id, or the batch poller's
 most overdue waiting steps) and commits with the caller's transaction, or at once: each
 claimed row bumps the step's claim counter, the lease's token, and names this process as
-its owner until the lease's expiry. `attempt_of` reads a claimed row (the chain's
-statement, sql.SUCCEED_AND_CLAIM_NEXT, claims rows of the same shape).
+its owner until the lease's expiry: its call's bound (StepRun.call_timeout_seconds) and the
+claim's own length more. Before it claims, this process makes sure its heartbeat is fresh
+(workflows.engine.leases), so that no reaper takes it for dead with a lease just claimed.
+`attempt_of` reads a claimed row (the chain's statement, sql.SUCCEED_AND_CLAIM_NEXT, claims
+rows of the same shape).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ def claim(
     if not step_ids and not limit:
         return []
     seconds = lease_seconds or settings.STEP_LEASE_SECONDS
+    leases.heartbeat.beating()
     owner = leases.owner()
     now = now or clock.now()
     expires = now + datetime.timedelta(seconds=seconds)
@@ -71,13 +75,16 @@ def attempt_of(
     run = Run(
         id=row["run_id"], state=Run.State.RUNNING, **{c: row[c] for c in sql.CLAIM_RUN_COLUMNS}
     )
+    bound = float(row["call_timeout_seconds"] or 0)
     step = StepRun(
         **{c: row[c] for c in sql.CLAIM_STEP_COLUMNS if c != "run_id"},
         lease_owner=owner,
-        lease_expires_at=expires,
+        lease_expires_at=expires + datetime.timedelta(seconds=bound),
     )
     step.run = run
-    lease = leases.Lease(step_id=step.pk, token=step.claims, owner=owner, seconds=seconds)
+    lease = leases.Lease(
+        step_id=step.pk, token=step.claims, owner=owner, seconds=seconds, bound=bound
+    )
     return Attempt(run=run, step=step, lease=lease, last=bool(row["last"]))
 
 

@@ -1,17 +1,23 @@
-"""Leases on steps: who is attempting a step, until when, and the heartbeat that extends them.
+"""Leases on steps: who is attempting a step, until when, and the heartbeat that vouches for them.
 
 An attempt claims its step by lease (workflows.engine.attempts): the step row names the
-owner (this process), the expiry and a token (the row's claim counter). While the step's
-code runs, no transaction is open, so nothing but the lease keeps another worker from
-claiming the step too. A step's code may run for minutes (a helm install, a Job), so the
-process extends its leases every third of their length: one statement per tick, from a
-daemon thread with its own database connection, started the first time a lease is held.
-A lease is held from its claim until its outcome is recorded (workflows.engine.scheduling,
-polls), not only while its step's code runs: an outcome may wait while the same task runs
-another run's next step. A killed process stops extending, and its steps are claimed again
-once the leases pass; so does a live one stalled for two thirds of a lease (CPU starvation,
-a database that does not answer), and its late outcome is then dropped: a step's code may
-run more than once, never its recorded outcome (invariant 4 keeps its side effect once).
+owner (this process: host:pid:nonce), the expiry and a token (the row's claim counter).
+While the step's code runs, no transaction is open, so nothing but the lease keeps another
+worker from claiming the step too. A lease lasts its call's bound and STEP_LEASE_SECONDS
+more (workflows.engine.sql): an attempt returns by its bound (workflows.engine.calls), so
+nothing writes to a step while its code runs. A lease is held from its claim until its
+outcome is recorded (workflows.engine.scheduling, polls), not only while its step's code
+runs: an outcome may wait while the same task runs another run's next step, and only such
+a wait past the lease's length extends it (every third of STEP_LEASE_SECONDS after that).
+
+That a lease's owner lives is said once per process, not per step: while it holds leases
+(or has just claimed), the process' heartbeat thread writes its WorkerBeat row every
+WORKER_BEAT_SECONDS, on its own database connection, in one statement. A process whose row
+is older than WORKER_DEAD_SECONDS is dead, and its leases are freed by a reaper
+(workflows.engine.workers) long before they would pass: a killed worker's step is claimed
+again within seconds. A live process stalled that long (CPU starvation, a database that
+does not answer) is taken for dead too, and its late outcome is then dropped: a step's code
+may run more than once, never its recorded outcome (invariant 4 keeps its side effect once).
 
 Extending never waits for a row another transaction holds (SKIP LOCKED): that transaction
 is either this attempt recording its outcome or an operator moving the step on, which
@@ -25,13 +31,15 @@ import dataclasses
 import datetime
 import functools
 import logging
+import math
 import os
+import secrets
 import socket
 import threading
-import time
 from collections.abc import Iterator, Sequence
 
-from django.db import close_old_connections, connection, transaction
+from django.conf import settings
+from django.db import connection, transaction
 
 from workflows.engine import clock, sql
 
@@ -46,16 +54,27 @@ class Lease:
     #: The step's claim counter after this claim; a later claim changes it.
     token: int
     owner: str
+    #: The lease's own length, and the call's bound it lasts beyond (0: an inline step's).
     seconds: float
+    bound: float = 0.0
+    #: When the heartbeat extends it first (clock.monotonic()): a third of its own length
+    #: after its bound, had its outcome not been recorded by then.
+    renew_at: float = dataclasses.field(default=0.0, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.renew_at:
+            object.__setattr__(self, "renew_at", clock.monotonic() + self.bound + self.seconds / 3)
 
 
 @functools.cache
 def _owner(pid: int) -> str:
-    return f"{socket.gethostname()}:{pid}"
+    # A nonce per start: a pid the kernel hands out again is another owner, never this one.
+    return f"{socket.gethostname()}:{pid}:{secrets.token_hex(4)}"
 
 
 def owner() -> str:
-    """This process, as lease rows name it (for operators: which worker holds a step)."""
+    """This process, as lease rows and its heartbeat row name it (for operators: which
+    worker holds a step)."""
     return _owner(os.getpid())
 
 
@@ -72,38 +91,57 @@ class _Held:
     lease: Lease
     #: Attempts holding it now (a batch holds its steps, and each attempt its own).
     holders: int
-    #: When to extend it next (time.monotonic()).
+    #: When to extend it next (clock.monotonic()).
     next_at: float
 
 
 class _Heartbeat:
-    """Extends the leases this process holds, every third of their length, until released."""
+    """Beats for this process while it holds leases, and extends those held past their length."""
 
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self._held: dict[tuple[int, int], _Held] = {}
         self._pid: int | None = None
+        #: When this process last wrote its heartbeat row, and last claimed (clock.monotonic()).
+        self._beat_at = -math.inf
+        self._claimed_at = -math.inf
 
     def holding(self) -> set[int]:
-        """The steps whose leases this process extends now."""
+        """The steps whose leases this process holds now."""
         with self._lock:
             return {step_id for step_id, _ in self._held}
 
+    def beating(self) -> None:
+        """Before a claim: this process' heartbeat row is fresh, written now (in the caller's
+        transaction, with the claim) if the thread has not written it lately."""
+        now = clock.monotonic()
+        with self._lock:
+            self._start()
+            self._claimed_at = now
+            fresh = now - self._beat_at < settings.WORKER_BEAT_SECONDS
+        if not fresh:
+            sql.execute(sql.WORKER_BEAT, [owner()])
+            with self._lock:
+                self._beat_at = now
+                self._lock.notify()
+
+    def rest(self) -> None:
+        """Beat no more unless leases are held (a test session's end: its database goes)."""
+        with self._lock:
+            self._claimed_at = -math.inf
+
     @contextlib.contextmanager
     def hold(self, leases: Sequence[Lease]) -> Iterator[None]:
-        """Extend `leases` while the block runs."""
+        """Hold `leases` while the block runs: beat, and extend any held past its length."""
         if not leases:
             yield
             return
-        start = time.monotonic()
         with self._lock:
             self._start()
             for lease in leases:
                 held = self._held.get((lease.step_id, lease.token))
                 if held is None:
-                    self._held[(lease.step_id, lease.token)] = _Held(
-                        lease, 1, start + lease.seconds / 3
-                    )
+                    self._held[(lease.step_id, lease.token)] = _Held(lease, 1, lease.renew_at)
                 else:
                     held.holders += 1
             # The thread looks at least every IDLE_TICK_SECONDS: wake it only for a lease
@@ -128,34 +166,52 @@ class _Heartbeat:
             return
         self._pid = os.getpid()
         self._held.clear()
+        self._beat_at = self._claimed_at = -math.inf
         threading.Thread(target=self._run, name="step-lease-heartbeat", daemon=True).start()
 
     def _run(self) -> None:
         while True:
-            due = self._wait_for_due()
+            due, beat = self._wait_for_due()
             try:
-                _extend(due)
+                if beat:
+                    sql.execute(sql.WORKER_BEAT, [owner()])
+                    with self._lock:
+                        self._beat_at = beat
+                if due:
+                    _extend(due)
             except Exception:
-                # The next tick tries again; a lease that passes meanwhile is claimed again,
-                # and this attempt's outcome is then dropped (never written twice).
+                # The next tick tries again; a lease that passes meanwhile (or a heartbeat
+                # that ages past WORKER_DEAD_SECONDS) lets its step be claimed again, and this
+                # attempt's outcome is then dropped (never written twice).
                 logger.warning(
-                    "step leases not extended",
+                    "step leases not extended or heartbeat not written",
                     extra={"action": "lease_extend_failed"},
                     exc_info=True,
                 )
-                close_old_connections()
+                # A connection that broke is made again at the next tick.
+                connection.close()
+            else:
+                # A long-lived connection of a thread that mostly sleeps: drop it when it broke.
+                if connection.connection is not None and not connection.is_usable():
+                    connection.close()
 
-    def _wait_for_due(self) -> list[Lease]:
+    def _wait_for_due(self) -> tuple[list[Lease], float]:
+        """The leases to extend now, and the time to beat at (0: no beat due)."""
+        beat_every = settings.WORKER_BEAT_SECONDS
         with self._lock:
             while True:
-                now = time.monotonic()
+                now = clock.monotonic()
                 due = [held for held in self._held.values() if held.next_at <= now]
-                if due:
-                    for held in due:
-                        held.next_at = now + held.lease.seconds / 3
-                    return [held.lease for held in due]
+                for held in due:
+                    held.next_at = now + held.lease.seconds / 3
+                busy = bool(self._held) or now - self._claimed_at < beat_every
+                beat = busy and now - self._beat_at >= beat_every
+                if due or beat:
+                    return [held.lease for held in due], now if beat else 0.0
                 upcoming = [held.next_at - now for held in self._held.values()]
-                self._lock.wait(timeout=min([*upcoming, _IDLE_TICK_SECONDS]))
+                if busy:
+                    upcoming.append(self._beat_at + beat_every - now)
+                self._lock.wait(timeout=max(0.01, min([*upcoming, _IDLE_TICK_SECONDS])))
 
 
 def _extend(leases: Sequence[Lease]) -> None:
@@ -168,9 +224,6 @@ def _extend(leases: Sequence[Lease]) -> None:
         "step leases extended",
         extra={"action": "lease_extended", "steps": ids, "extended": extended},
     )
-    # A long-lived connection of a thread that mostly sleeps: drop it when it broke.
-    if connection.connection is not None and not connection.is_usable():
-        connection.close()
 
 
 heartbeat = _Heartbeat()

@@ -155,6 +155,11 @@ def step_timed_out(seconds: int) -> str:
     return f"timed out after {seconds} s"
 
 
+def step_call_timed_out(seconds: int) -> str:
+    """A call of the step's code did not return within its type's bound (a temporary error)."""
+    return f"the step's code did not return within {seconds} s"
+
+
 def step_unexpected_error(error: BaseException) -> str:
     # The class name only: the exception's text may hold hosts, tokens or timestamps.
     return f"unexpected error ({type(error).__name__}); see hooksvc logs"
@@ -174,7 +179,15 @@ def cleanup_failed(state: str, step: str) -> str:
     return f"cleanup of {state} step {step} failed; see hooksvc logs"
 
 
-def step_retrying(attempt: int, attempts: int, error: str, at: datetime.datetime) -> str:
-    """A RunEvent (history only, never a hook's answer: it names a time)."""
+def step_retrying(
+    attempt: int, attempts: int, error: str, at: datetime.datetime, *, retry_for: int = 0
+) -> str:
+    """A RunEvent (history only, never a hook's answer: it names a time). `attempts` are the
+    attempts in a row the count allows; past them, the streak goes on for `retry_for` s."""
     when = at.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-    return fit(f"attempt {attempt} of {attempts} failed: {error}; next attempt at {when}")
+    which = (
+        f"attempt {attempt} of {attempts}"
+        if attempt <= attempts
+        else f"attempt {attempt} (failing for less than {retry_for} s)"
+    )
+    return fit(f"{which} failed: {error}; next attempt at {when}")

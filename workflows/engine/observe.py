@@ -30,7 +30,14 @@ class StepFinished:
     failed: bool
 
 
-Event = StepFinished
+@dataclasses.dataclass(frozen=True)
+class StepThreads:
+    """This process' step threads: how many abandoned at their bound still run."""
+
+    abandoned: int
+
+
+Event = StepFinished | StepThreads
 Listener = Callable[[Event], None]
 
 _listeners: list[Listener] = []

@@ -10,7 +10,8 @@ lease (an operator's approve, skip or cancel meanwhile ends the lease and wins).
 other outcome (done, failure, retry, timeout) is recorded as a countdown's is, in its
 run's scheduling transaction, which then advances the run; the heartbeat extends its lease
 until then. A batch past half its lease hands back what it has not polled (due at once),
-so it never starts a poll whose lease is about to pass.
+so it never starts a poll whose lease is about to pass. Each batch first frees the steps of
+dead workers (workflows.engine.workers), so that it polls the waiting ones at once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections import defaultdict
 
 from django.conf import settings
 
-from workflows.engine import attempts, clock, dispatch, leases, scheduling
+from workflows.engine import attempts, clock, dispatch, leases, scheduling, workers
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class BatchReport:
 def poll_due(limit: int | None = None) -> BatchReport:
     """Claim up to `limit` due waiting steps of running runs, poll each once, record it."""
     limit = limit or settings.POLL_BATCH_SIZE
+    workers.reap()
     lease_seconds = settings.POLL_LEASE_SECONDS
     now = clock.now()
     claimed = attempts.claim(limit=limit, lease_seconds=lease_seconds, now=now)

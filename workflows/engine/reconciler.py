@@ -2,7 +2,8 @@
 
 A lost message (a flushed Redis, a broker outage at commit time) or a worker killed
 mid-step delays a run but never loses it: the run, or its overdue ready step, is sent
-again (a killed worker's step once its lease has passed). One indexed query per kind.
+again (a killed worker's step once its heartbeat is found dead, workers.reap, or its lease
+has passed). One indexed query per kind.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from workflows.engine import clock, dispatch
+from workflows.engine import clock, dispatch, workers
 from workflows.models import Run, StepRun
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ def reconcile(limit: int = 5000) -> ReconcileReport:
     (workflows.engine.polls), which claims every one of them, lost countdown or not: a
     message for them too would only race the batch for the same poll.
     """
+    # Also here, not only in the batch poller's: when every worker died, beat still runs.
+    workers.reap()
     now = clock.now()
     # Work is left alone until it is this late, so the reconciler never races the countdowns.
     late = now - datetime.timedelta(seconds=settings.RECONCILE_GRACE_SECONDS)

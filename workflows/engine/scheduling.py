@@ -314,8 +314,12 @@ def _run_start(run: Run, now: datetime.datetime) -> list[StepRun]:
                 type=s.type,
                 params=dict(s.params),
                 depends_on=list(s.depends_on),
-                timeout_seconds=s.timeout_seconds or _default_timeout(s.type),
+                timeout_seconds=(
+                    s.timeout_seconds if s.timeout_seconds is not None else _bound(s.type)[0]
+                ),
+                call_timeout_seconds=_bound(s.type)[1],
                 retries=s.retries,
+                retry_for_seconds=s.retry_for_seconds,
                 waits_for_person=registry.waits_for_person(s.type),
             )
             for i, s in enumerate(spec.steps)
@@ -341,9 +345,12 @@ def _run_start(run: Run, now: datetime.datetime) -> list[StepRun]:
     return list(run.steps.all())
 
 
-def _default_timeout(type_name: str) -> int | None:
+def _bound(type_name: str) -> tuple[int, int | None]:
+    """A step type's default timeoutSeconds and the bound of one call of its function."""
     step_type = registry.find(type_name)
-    return step_type.default_timeout_seconds if step_type else None
+    if step_type is None:  # unknown: its attempt fails at once
+        return registry.DEFAULT_TIMEOUT_SECONDS, registry.DEFAULT_CALL_TIMEOUT_SECONDS
+    return step_type.default_timeout_seconds, step_type.call_timeout_seconds
 
 
 def _promote(steps: list[StepRun], now: datetime.datetime) -> None:

@@ -193,8 +193,11 @@ CLAIM_STEP_COLUMNS = (
     "state",
     "params",
     "timeout_seconds",
+    "call_timeout_seconds",
     "retries",
+    "retry_for_seconds",
     "failures",
+    "failing_since",
     "started_at",
     "due_at",
     "memo",
@@ -209,6 +212,11 @@ CLAIM_RUN_COLUMNS = ("context", "hook", "cluster_namespace", "cluster_name", "te
 CLAIM_COLUMNS = (*CLAIM_STEP_COLUMNS, *CLAIM_RUN_COLUMNS, "last")
 #: The JSON columns of both, which a raw cursor returns as text.
 CLAIM_JSON_COLUMNS = frozenset({"params", "memo", "output", "context"})
+
+#: A lease lasts its call's bound and the claim's own length (`expires`): an attempt returns
+#: by its bound (workflows.engine.calls), so no write extends the lease while the step's code
+#: runs; only an outcome that waits past it to be recorded is extended (the heartbeat).
+_EXPIRES = "%(expires)s + make_interval(secs => coalesce({step}.call_timeout_seconds, 0))"
 
 #: A step is claimable when it is due, its lease is free or has passed, and its run runs.
 _CLAIMABLE = """
@@ -243,7 +251,8 @@ def _claim(ids: str, selection: str = "") -> str:
     return f"""
         {selection}
         UPDATE workflows_steprun AS s
-        SET lease_owner = %(owner)s, lease_expires_at = %(expires)s, claims = s.claims + 1
+        SET lease_owner = %(owner)s, lease_expires_at = {_EXPIRES.format(step="s")},
+            claims = s.claims + 1
         FROM workflows_run AS r
         WHERE r.id = s.run_id AND s.id = ANY({ids})
         AND {_CLAIMABLE.format(step="s", run="r")}
@@ -261,7 +270,8 @@ CLAIM_STEPS = _claim("%(ids)s::bigint[]")
 CLAIM_PROMOTED = f"""
     UPDATE workflows_steprun AS s
     SET state = 'ready', due_at = %(now)s,
-        lease_owner = %(owner)s, lease_expires_at = %(expires)s, claims = s.claims + 1
+        lease_owner = %(owner)s, lease_expires_at = {_EXPIRES.format(step="s")},
+        claims = s.claims + 1
     FROM workflows_run AS r
     WHERE r.id = s.run_id AND s.id = ANY(%(ids)s::bigint[]) AND s.state = 'pending'
     AND r.state = 'running'
@@ -340,12 +350,12 @@ SUCCEED_AND_CLAIM_NEXT = f"""
 #: scheduling decision depends on the move (both states are due), so it needs no run lock.
 #: Parameters: commit (synchronous_commit: on or off), id, token, owner, due_at, memo,
 #: message, output (JSON text, or NULL to keep it), started_at, run_message. Returns the
-#: step's id when it was written.
+#: step's id when it was written. A poll is progress: it ends any streak of failures.
 RECORD_FIRST_POLL = """
     UPDATE workflows_steprun AS s
     SET state = 'waiting', due_at = %(due_at)s, memo = %(memo)s::jsonb, message = %(message)s,
         output = COALESCE(%(output)s::jsonb, s.output), started_at = %(started_at)s,
-        lease_owner = '', lease_expires_at = NULL
+        failures = 0, failing_since = NULL, lease_owner = '', lease_expires_at = NULL
     FROM (SELECT set_config('synchronous_commit', %(commit)s, true)) AS c, workflows_run AS r
     WHERE s.id = %(id)s AND s.claims = %(token)s AND s.lease_owner = %(owner)s
     AND s.state = 'ready' AND r.id = s.run_id AND r.state = 'running'
@@ -403,3 +413,36 @@ EXTEND_LEASES = """
 
 #: This transaction's commit does not wait for the disk: a crash may lose it.
 ASYNCHRONOUS_COMMIT = "SET LOCAL synchronous_commit TO OFF"
+
+# --- Worker liveness (workflows.engine.workers) ---------------------------------------------
+
+#: This process is alive: its heartbeat row, on the database's clock. Parameters: the owner.
+WORKER_BEAT = """
+    INSERT INTO workflows_workerbeat (owner, started_at, beat_at)
+    VALUES (%s, statement_timestamp(), statement_timestamp())
+    ON CONFLICT (owner) DO UPDATE SET beat_at = EXCLUDED.beat_at
+"""
+
+#: Whether any process' heartbeat is older than `dead` seconds: a read, each batch poll's,
+#: before anything is written. Parameters: dead.
+ANY_DEAD_WORKER = """
+    SELECT 1 FROM workflows_workerbeat
+    WHERE beat_at < statement_timestamp() - make_interval(secs => %(dead)s) LIMIT 1
+"""
+
+#: The processes whose heartbeat is older than `dead` seconds, forgotten (one reaper wins
+#: each: the others find the row gone). A process that was only stalled beats again and is
+#: a new row. Parameters: dead. Returns their owners.
+FORGET_DEAD_WORKERS = """
+    DELETE FROM workflows_workerbeat
+    WHERE beat_at < statement_timestamp() - make_interval(secs => %(dead)s)
+    RETURNING owner
+"""
+
+#: Free the leases the dead processes held (claimed steps are due, so they are among the due
+#: index's rows). Parameters: owners. Returns each freed step's id and state.
+FREE_LEASES_OF = """
+    UPDATE workflows_steprun AS s SET lease_owner = '', lease_expires_at = NULL
+    WHERE s.state IN ('ready', 'waiting') AND s.lease_owner = ANY(%(owners)s::text[])
+    RETURNING s.id, s.state
+"""

@@ -136,7 +136,8 @@ RETRY = "retry"
 
 
 def retry_record(step: StepRun, *, error: str, next_at: datetime.datetime) -> RunEvent:
-    """Record that attempt `step.failures` failed with `error` and the next is at `next_at`.
+    """Record that attempt `step.failures` (of the streak since the step last made progress)
+    failed with `error` and the next is at `next_at`.
 
     A retried step often stays `ready` (ready, failed, ready again), a move that writes no
     transition: this event is what keeps each failed attempt in the run's history.
@@ -147,7 +148,9 @@ def retry_record(step: StepRun, *, error: str, next_at: datetime.datetime) -> Ru
         step_name=step.name,
         kind=RunEvent.Kind.TRANSITION,
         name=RETRY,
-        message=messages.step_retrying(step.failures, attempts, error, next_at),
+        message=messages.step_retrying(
+            step.failures, attempts, error, next_at, retry_for=step.retry_for_seconds
+        ),
         details={
             "attempt": step.failures,
             "attempts": attempts,

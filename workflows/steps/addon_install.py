@@ -293,7 +293,9 @@ def _waiting_poll(ctx: registry.StepContext, message: str, output: JSON) -> regi
     return registry.Poll(after=min(2**backoff, MAX_WAIT_SECONDS), message=message, output=output)
 
 
-@registry.step_type("addon_install", params=PARAMS, check=_check)
+@registry.step_type(
+    "addon_install", params=PARAMS, check=_check, call_timeout_seconds=helm.call_bound()
+)
 def addon_install(ctx: registry.StepContext) -> registry.Outcome:
     """Applies add-on manifests and charts, then waits until they are rolled out."""
     api = objects.workload(ctx)

@@ -278,7 +278,9 @@ def _wait(ctx: registry.StepContext, tier: int, stuck: list[str]) -> registry.Po
     )
 
 
-@registry.step_type("addon_remove", params=PARAMS, check=_check)
+@registry.step_type(
+    "addon_remove", params=PARAMS, check=_check, call_timeout_seconds=helm.call_bound()
+)
 def addon_remove(ctx: registry.StepContext) -> registry.Outcome:
     """Deletes what an addon_install step applied, tier by tier, and waits until it is gone."""
     if "inventory" not in ctx.memo:

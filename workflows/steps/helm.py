@@ -191,6 +191,14 @@ def limits() -> tuple[float, float]:
     return deadline, min(TERM_GRACE_SECONDS, max(1.0, deadline / 10))
 
 
+def call_bound() -> int:
+    """The bound of one call of a step that runs helm (StepType.call_timeout_seconds): two
+    commands with their grace, and a minute of API calls; a call that installs more charts
+    is stopped there and the next resumes from its memo."""
+    deadline, grace = limits()
+    return int(2 * (deadline + grace)) + 60
+
+
 def helm_timeout() -> str:
     """helm's own `--timeout` (each hook and wait): below the deadline, so that helm fails a
     hung hook itself and records the release failed."""

@@ -226,6 +226,13 @@ def _item(param: Param, value: Any, field: str) -> None:
 
 StepFunction = Callable[[StepContext], Outcome]
 
+#: A step type's bounds when it declares none (README "Timeouts and retries"): a whole step
+#: of one hour, and a call of its function of five minutes (one call is one look at the
+#: world: an API call or a few; what takes longer polls). An inline type has neither: its
+#: function returns at once.
+DEFAULT_TIMEOUT_SECONDS = 3600
+DEFAULT_CALL_TIMEOUT_SECONDS = 300
+
 
 @dataclasses.dataclass(frozen=True)
 class StepType:
@@ -238,8 +245,12 @@ class StepType:
     #: Deletes what the step created; the engine calls it when it fails the step itself
     #: (timed out, out of retries), since the step function is then not called again.
     cleanup: Callable[[StepContext], None] | None = None
-    #: The step's timeout when the template gives none.
-    default_timeout_seconds: int | None = None
+    #: The whole step's bound (its timeoutSeconds) when the template gives none; 0: none.
+    default_timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
+    #: The bound of one call of `run` (None for an inline type: it returns at once). A call
+    #: still running at it is abandoned: a temporary error, or the step's timeout at its
+    #: deadline (workflows.engine.attempts).
+    call_timeout_seconds: int | None = DEFAULT_CALL_TIMEOUT_SECONDS
     #: The function does no I/O, has no side effects and returns at once (it reads only
     #: its context and memo): the engine may run it under the run's row lock, in the
     #: transaction that schedules it, chained with the next (running it twice is harmless).
@@ -270,11 +281,23 @@ def step_type(
     check: Callable[[dict[str, Any], str], None] | None = None,
     cleanup: Callable[[StepContext], None] | None = None,
     default_timeout_seconds: int | None = None,
+    call_timeout_seconds: int | None = None,
     inline: bool = False,
     waiting_message: str = "",
     waits_for_person: bool = False,
 ) -> Callable[[StepFunction], StepFunction]:
-    """Register a step type under `name`; registering a name twice is an error."""
+    """Register a step type under `name`; registering a name twice is an error.
+
+    Its bounds (StepType.default_timeout_seconds, call_timeout_seconds) default to the
+    registry's; an inline type has neither, and one that waits for a person no step bound.
+    """
+    if default_timeout_seconds is None:
+        # What a person ends is bounded by its run's deadline (deadlineSeconds), not its own.
+        default_timeout_seconds = 0 if inline or waits_for_person else DEFAULT_TIMEOUT_SECONDS
+    if inline:
+        call_timeout_seconds = None
+    elif call_timeout_seconds is None:
+        call_timeout_seconds = DEFAULT_CALL_TIMEOUT_SECONDS
 
     def register(func: StepFunction) -> StepFunction:
         global _person_types
@@ -289,6 +312,7 @@ def step_type(
             description=(func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else "",
             cleanup=cleanup,
             default_timeout_seconds=default_timeout_seconds,
+            call_timeout_seconds=call_timeout_seconds,
             inline=inline,
             waiting_message=waiting_message,
             waits_for_person=waits_for_person,
