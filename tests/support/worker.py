@@ -50,8 +50,14 @@ class Worker:
         log_path: Path,
         env: dict[str, str] | None = None,
         kubeconfig: Path | None = None,
+        *,
+        concurrency: int = 2,
+        pool: str = "prefork",
     ) -> None:
         self.data_dir = data_dir
+        #: Celery's pool: `prefork` as in the image, `threads` as `make run` starts it.
+        self.concurrency = concurrency
+        self.pool = pool
         self.log_path = log_path
         self.env = env or {}
         self.kubeconfig = kubeconfig
@@ -77,7 +83,9 @@ class Worker:
                 "-s",
                 str(self.data_dir / "celerybeat-schedule"),
                 "--concurrency",
-                "2",
+                str(self.concurrency),
+                "--pool",
+                self.pool,
                 "-l",
                 "INFO",
                 "--without-gossip",

@@ -3,12 +3,14 @@
 `record` stands for any step with an external side effect: it creates a record named
 after its run and step in Redis (the "external system") only if none exists, counts how
 often its code ran, and can hold until a file appears (so a test can kill it mid-step).
-`tx_probe` reports what its code sees of the engine's database connection (invariant 8).
+`tx_probe` reports what its code sees of the engine's database connections (invariant 8).
 """
 
 from __future__ import annotations
 
+import gc
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import psycopg
 import redis
 from django.conf import settings
 from django.db import connection
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from workflows import errors
 from workflows.steps import memo, registry
@@ -109,32 +112,52 @@ def count_poll(ctx: registry.StepContext) -> registry.Outcome:
 
 @registry.step_type("tx_probe", params={"seconds": registry.Param((int, float), default=0)})
 def tx_probe(ctx: registry.StepContext) -> registry.Outcome:
-    """Reports what a step's code sees of the engine's database connection while it runs.
+    """Reports what the engine's database connections look like while a step's code runs.
 
-    Invariant 8: no transaction open, no row lock held. Django's own view of the
-    connection (`in_atomic_block`), and PostgreSQL's: the engine connection's backend as
-    another connection sees it in pg_stat_activity (`idle`, with no transaction start,
-    rather than `idle in transaction`), and the locks that backend holds on hooksvc's tables.
+    Invariant 8: no transaction open, no row lock held. The step's code runs on a step
+    thread (workflows.engine.calls) with a connection of its own, while the attempt that
+    claimed the step waits on the worker's task thread with another. Every connection of
+    this process is looked at (found by the garbage collector), as PostgreSQL sees it from
+    another connection: `idle` with no transaction start (not `idle in transaction`), and
+    no lock on hooksvc's tables. The lease heartbeat's is left out: it beats on its own
+    thread meanwhile, a statement of its own.
     """
-    engine_conn = connection.connection  # the raw psycopg connection, None before any query
-    pid = engine_conn.info.backend_pid if engine_conn is not None else None
-    report: dict[str, object] = {"in_atomic_block": connection.in_atomic_block, "pid": pid}
+    connection.ensure_connection()  # the step's own connection, as its code would use it
+    heartbeat = {t.ident for t in threading.enumerate() if t.name == "step-lease-heartbeat"}
+    wrappers = [
+        w
+        for w in gc.get_objects()
+        if isinstance(w, BaseDatabaseWrapper)
+        and w.connection is not None
+        and not w.connection.closed
+        and getattr(w, "_thread_ident", None) not in heartbeat
+    ]
+    pids = sorted({w.connection.info.backend_pid for w in wrappers})
+    report: dict[str, object] = {
+        "in_atomic_block": connection.in_atomic_block,
+        "pid": connection.connection.info.backend_pid,
+        "backends": [],
+    }
     params = connection.get_connection_params()
     with psycopg.connect(
         dbname=params["dbname"], host=params["host"], port=params["port"], user=params["user"]
     ) as observer:
-        row = observer.execute(
-            "SELECT state, xact_start IS NOT NULL FROM pg_stat_activity WHERE pid = %s", [pid]
-        ).fetchone()
-        # A row lock (FOR UPDATE, an UPDATE) comes with a lock on its table until the
-        # transaction ends: none may be held on hooksvc's tables.
-        locks = observer.execute(
-            "SELECT count(*) FROM pg_locks AS l JOIN pg_class AS c ON c.oid = l.relation"
-            " WHERE l.pid = %s AND c.relname LIKE 'workflows_%%'",
-            [pid],
-        ).fetchone()
-    report["state"], report["in_transaction"] = row if row else (None, None)
-    report["table_locks"] = locks[0] if locks else None
+        for pid in pids:
+            row = observer.execute(
+                "SELECT state, xact_start IS NOT NULL FROM pg_stat_activity WHERE pid = %s",
+                [pid],
+            ).fetchone()
+            # A row lock (FOR UPDATE, an UPDATE) comes with a lock on its table until the
+            # transaction ends: none may be held on hooksvc's tables.
+            locks = observer.execute(
+                "SELECT count(*) FROM pg_locks AS l JOIN pg_class AS c ON c.oid = l.relation"
+                " WHERE l.pid = %s AND c.relname LIKE 'workflows_%%'",
+                [pid],
+            ).fetchone()
+            state, in_transaction = row if row else (None, None)
+            backend = {"pid": pid, "state": state, "in_transaction": in_transaction}
+            backend["table_locks"] = locks[0] if locks else None
+            report["backends"].append(backend)  # type: ignore[attr-defined]
     client().rpush(f"{PREFIX}:tx_probe:{ctx.run_id}", json.dumps(report))
     time.sleep(float(ctx.params["seconds"]))
     return registry.Done(report)
@@ -170,3 +193,64 @@ def flaky(ctx: registry.StepContext) -> registry.Outcome:
     if ctx.attempt <= ctx.params["failures"]:
         raise errors.TemporaryError(f"attempt {ctx.attempt} refused")
     return registry.Done({"attempts": ctx.attempt})
+
+
+#: The call bound of `hang`: short, so that a test sees a call abandoned in seconds.
+HANG_CALL_SECONDS = 2
+#: How long `hang` with `inC` blocks in C (where the engine's StepStopped cannot reach it).
+HANG_IN_C_SECONDS = 20
+
+
+def _hang_cleanup(ctx: registry.StepContext) -> None:
+    client().incr(f"{PREFIX}:cleaned:{ctx.object_name()}")
+
+
+@registry.step_type(
+    "hang",
+    params={"untilFile": registry.Param(str), "inC": registry.Param(bool, default=False)},
+    cleanup=_hang_cleanup,
+    call_timeout_seconds=HANG_CALL_SECONDS,
+)
+def hang(ctx: registry.StepContext) -> registry.Outcome:
+    """Does not return while `untilFile` is absent (a hung API call, a bug in a custom step):
+    a Python loop, which the engine's StepStopped ends, or (`inC`) a wait in C, which it
+    cannot end before the wait does. Counts its calls, those that came back, those stopped."""
+    name = ctx.object_name()
+    r = client()
+    r.incr(f"{PREFIX}:calls:{name}")
+    r.set(f"{PREFIX}:holding:{name}", 1)
+    until = ctx.params.get("untilFile")
+    try:
+        if ctx.params["inC"]:
+            threading.Event().wait(timeout=HANG_IN_C_SECONDS)
+        while not (until and Path(until).exists()):
+            time.sleep(0.05)
+    except BaseException:
+        r.incr(f"{PREFIX}:stopped:{name}")
+        raise
+    r.incr(f"{PREFIX}:returned:{name}")
+    return registry.Done({"hung": False})
+
+
+@registry.step_type(
+    "flaky_poll",
+    params={
+        "polls": registry.Param(int, default=5, minimum=1),
+        "every": registry.Param((int, float), default=1, minimum=0),
+        # Which calls (1, 2, ...) fail with a temporary error.
+        "failOn": registry.Param(list, default=[], items=registry.Param(int)),
+    },
+)
+def flaky_poll(ctx: registry.StepContext) -> registry.Outcome:
+    """Polls `polls` times, `every` s apart, and fails the calls `failOn` names with a
+    temporary error (a long step whose API server blips now and then)."""
+    calls = int(ctx.memo.get("calls", 0)) + 1
+    ctx.memo["calls"] = calls
+    client().incr(f"{PREFIX}:calls:{ctx.object_name()}")
+    if calls in ctx.params["failOn"]:
+        raise errors.TemporaryError(f"call {calls} refused")
+    polls = int(ctx.memo.get("polls", 0)) + 1
+    ctx.memo["polls"] = polls
+    if polls < ctx.params["polls"]:
+        return registry.Poll(after=float(ctx.params["every"]), message=f"poll {polls}")
+    return registry.Done({"polls": polls, "calls": calls})

@@ -113,10 +113,14 @@ class _Pool:
                     _raise_in(thread, StepStopped)
             if call.abandoned:
                 alive = self.abandoned()
-                observe.emit(observe.StepThreads(abandoned=alive))
+                observe.report(observe.StepThreads(abandoned=alive))
                 logger.warning(
                     "step call abandoned at its bound",
-                    extra={"action": "step_call_abandoned", "thread": thread.name, "alive": alive},
+                    extra={
+                        "action": "step_call_abandoned",
+                        "step_thread": thread.name,
+                        "alive": alive,
+                    },
                 )
                 return TIMED_OUT
         if call.error is not None:
@@ -134,7 +138,7 @@ class _Pool:
     def gone(self, thread: _StepThread) -> None:
         with self._lock:
             self._abandoned.discard(thread)
-        observe.emit(observe.StepThreads(abandoned=self.abandoned()))
+        observe.report(observe.StepThreads(abandoned=self.abandoned()))
 
     def abandoned(self) -> int:
         """Abandoned step threads of this process still running."""

@@ -54,6 +54,12 @@ def emit(event: Event) -> None:
     transaction.on_commit(lambda: _tell(event))
 
 
+def report(event: Event) -> None:
+    """Tell every listener now: what the event says is no transaction's outcome (and asking
+    for one would open a database connection in a thread that has none)."""
+    _tell(event)
+
+
 def _tell(event: Event) -> None:
     for listener in list(_listeners):
         try:
