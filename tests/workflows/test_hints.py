@@ -131,7 +131,15 @@ def test_a_failed_steps_retry_hint_runs_and_the_hook_proceeds(
     wf.template(
         "notify",
         retryAfterSeconds=1,
-        steps=[{"name": "call", "type": "http", "with": {"url": receiver.url}, "retries": 0}],
+        steps=[
+            {
+                "name": "call",
+                "type": "http",
+                "with": {"url": receiver.url},
+                "retries": 0,
+                "retryForSeconds": 0,
+            }
+        ],
     )
     answer = poll_until(hook_server, lambda a: "failed at step call" in a.get("message", ""))[-1]
     run = Run.objects.get()
@@ -197,7 +205,15 @@ def test_waiting_for_a_failed_workflow_names_its_run_and_release_lets_both_go(
     wf.template(
         "first",
         retryAfterSeconds=1,
-        steps=[{"name": "call", "type": "http", "with": {"url": receiver.url}, "retries": 0}],
+        steps=[
+            {
+                "name": "call",
+                "type": "http",
+                "with": {"url": receiver.url},
+                "retries": 0,
+                "retryForSeconds": 0,
+            }
+        ],
     )
     wf.template("second", retryAfterSeconds=1, waitFor=["first"])
     poll_until(hook_server, lambda a: "failed at step call" in a.get("message", ""))

@@ -360,7 +360,15 @@ def test_a_failed_step_holds_or_fails_and_retry_recovers_it(
         "notify",
         retryAfterSeconds=1,
         onFailure=on_failure,
-        steps=[{"name": "call", "type": "http", "with": {"url": receiver.url}, "retries": 0}],
+        steps=[
+            {
+                "name": "call",
+                "type": "http",
+                "with": {"url": receiver.url},
+                "retries": 0,
+                "retryForSeconds": 0,
+            }
+        ],
     )
     failed = poll_until(hook_server, lambda a: "failed at step call" in a.get("message", ""))[-1]
     run = Run.objects.get()
@@ -401,7 +409,13 @@ def test_skip_lets_a_failed_run_go_on(
         "notify",
         retryAfterSeconds=1,
         steps=[
-            {"name": "call", "type": "http", "with": {"url": receiver.url}, "retries": 0},
+            {
+                "name": "call",
+                "type": "http",
+                "with": {"url": receiver.url},
+                "retries": 0,
+                "retryForSeconds": 0,
+            },
             {"name": "after", "type": "noop", "dependsOn": ["call"]},
         ],
     )

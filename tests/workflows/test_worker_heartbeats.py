@@ -13,6 +13,7 @@ beyond the step's five-minute call bound (it used to wait for its lease to pass)
 from __future__ import annotations
 
 import datetime
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -83,9 +84,30 @@ def test_a_lease_owner_is_new_at_every_start_of_a_process() -> None:
     _, pid, nonce = leases.owner().split(":")
     assert int(pid) > 0 and len(nonce) == 8
     # Another start that got the same pid (a restarted container) is another owner.
-    again = leases._owner.__wrapped__(int(pid))
+    again = leases._owner(int(pid))
     assert again.rsplit(":", 1)[0] == leases.owner().rsplit(":", 1)[0]
     assert again != leases.owner()
+
+
+def test_threads_asking_for_the_owner_first_at_once_get_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A claim's thread and the heartbeat's may ask first at once: two owners would leave the
+    claim's lease to a heartbeat row nobody writes, and a reaper would free it."""
+    monkeypatch.setattr(leases, "_owners", {})
+    barrier = threading.Barrier(16)
+    seen: list[str] = []
+
+    def ask() -> None:
+        barrier.wait()
+        seen.append(leases.owner())
+
+    threads = [threading.Thread(target=ask) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 16 and len(set(seen)) == 1, set(seen)
 
 
 @pytest.mark.django_db
@@ -130,6 +152,24 @@ def test_each_batch_poll_and_the_reconciler_reap(who: str, sent: list[tuple[str,
     step.refresh_from_db()
     assert step.lease_owner != DEAD
     assert not WorkerBeat.objects.filter(owner=DEAD).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lease_whose_outcome_could_not_be_recorded_is_freed_by_the_heartbeat() -> None:
+    """A live process keeps its leases: one whose outcome a failure kept from being recorded
+    (the database went away mid-record) must not hold its step until its call's bound
+    passes. The heartbeat frees it, by compare-and-set on its token."""
+    run = _run([{"name": "s", "type": "record"}])
+    [attempt] = scheduling._schedule(run.pk, [])  # the run starts: its step is claimed
+    with pytest.raises(RuntimeError), leases.heartbeat.hold([attempt.lease]):
+        raise RuntimeError("the database went away while the outcome was recorded")
+    _wait_for(
+        lambda: StepRun.objects.get(pk=attempt.step.pk).lease_owner == "",
+        timeout=30,
+        what="the lease freed",
+    )
+    step = StepRun.objects.get(pk=attempt.step.pk)
+    assert (step.state, step.claims, step.lease_expires_at) == ("ready", attempt.lease.token, None)
 
 
 # --- Through real worker processes ----------------------------------------------------------

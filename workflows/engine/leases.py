@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import functools
 import logging
 import math
 import os
@@ -66,16 +65,26 @@ class Lease:
             object.__setattr__(self, "renew_at", clock.monotonic() + self.bound + self.seconds / 3)
 
 
-@functools.cache
 def _owner(pid: int) -> str:
     # A nonce per start: a pid the kernel hands out again is another owner, never this one.
     return f"{socket.gethostname()}:{pid}:{secrets.token_hex(4)}"
 
 
+#: This process' owner, made once per pid (a forked process makes its own), under a lock:
+#: two threads asking first at once must not get two owners (a claim's and the heartbeat's).
+_owners: dict[int, str] = {}
+_owners_lock = threading.Lock()
+
+
 def owner() -> str:
     """This process, as lease rows and its heartbeat row name it (for operators: which
     worker holds a step)."""
-    return _owner(os.getpid())
+    pid = os.getpid()
+    found = _owners.get(pid)
+    if found is None:
+        with _owners_lock:
+            found = _owners.setdefault(pid, _owner(pid))
+    return found
 
 
 def expiry(seconds: float) -> datetime.datetime:
@@ -105,6 +114,8 @@ class _Heartbeat:
         #: When this process last wrote its heartbeat row, and last claimed (clock.monotonic()).
         self._beat_at = -math.inf
         self._claimed_at = -math.inf
+        #: Leases whose outcome a failure kept from being recorded: to free.
+        self._unrecorded: set[Lease] = set()
 
     def holding(self) -> set[int]:
         """The steps whose leases this process holds now."""
@@ -150,6 +161,14 @@ class _Heartbeat:
                 self._lock.notify()
         try:
             yield
+        except BaseException:
+            # The outcome was not recorded (the database went away mid-record, a bug): the
+            # lease must not keep the step until its call's bound passes. Freed by the
+            # thread as soon as the database answers (a recorded one no longer matches).
+            with self._lock:
+                self._unrecorded.update(leases)
+                self._lock.notify()
+            raise
         finally:
             with self._lock:
                 for lease in leases:
@@ -166,6 +185,7 @@ class _Heartbeat:
             return
         self._pid = os.getpid()
         self._held.clear()
+        self._unrecorded.clear()
         self._beat_at = self._claimed_at = -math.inf
         threading.Thread(target=self._run, name="step-lease-heartbeat", daemon=True).start()
 
@@ -179,6 +199,7 @@ class _Heartbeat:
                         self._beat_at = beat
                 if due:
                     _extend(due)
+                self._free_unrecorded()
             except Exception:
                 # The next tick tries again; a lease that passes meanwhile (or a heartbeat
                 # that ages past WORKER_DEAD_SECONDS) lets its step be claimed again, and this
@@ -195,6 +216,14 @@ class _Heartbeat:
                 if connection.connection is not None and not connection.is_usable():
                     connection.close()
 
+    def _free_unrecorded(self) -> None:
+        with self._lock:
+            unrecorded = list(self._unrecorded)
+        if unrecorded:
+            _free(unrecorded)
+            with self._lock:
+                self._unrecorded.difference_update(unrecorded)
+
     def _wait_for_due(self) -> tuple[list[Lease], float]:
         """The leases to extend now, and the time to beat at (0: no beat due)."""
         beat_every = settings.WORKER_BEAT_SECONDS
@@ -206,7 +235,7 @@ class _Heartbeat:
                     held.next_at = now + held.lease.seconds / 3
                 busy = bool(self._held) or now - self._claimed_at < beat_every
                 beat = busy and now - self._beat_at >= beat_every
-                if due or beat:
+                if due or beat or self._unrecorded:
                     return [held.lease for held in due], now if beat else 0.0
                 upcoming = [held.next_at - now for held in self._held.values()]
                 if busy:
@@ -223,6 +252,23 @@ def _extend(leases: Sequence[Lease]) -> None:
     logger.debug(
         "step leases extended",
         extra={"action": "lease_extended", "steps": ids, "extended": extended},
+    )
+
+
+def _free(leases: Sequence[Lease]) -> None:
+    """End the leases this process still holds of outcomes it could not record; one statement.
+    Their steps are due: the reconciler or the batch poller attempts them again."""
+    freed = sql.execute(
+        sql.FREE_LEASES,
+        [[lease.step_id for lease in leases], [lease.token for lease in leases], owner()],
+    )
+    logger.warning(
+        "leases of unrecorded outcomes freed",
+        extra={
+            "action": "lease_freed",
+            "steps": [lease.step_id for lease in leases],
+            "freed": freed,
+        },
     )
 
 

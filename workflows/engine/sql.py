@@ -411,6 +411,14 @@ EXTEND_LEASES = """
     FROM v WHERE s.id = v.id AND s.id IN (SELECT id FROM locked)
 """
 
+#: End this process' leases whose outcomes it could not record (the heartbeat), where the
+#: row still carries them. Parameters: step ids, their tokens, the owner.
+FREE_LEASES = """
+    UPDATE workflows_steprun AS s SET lease_owner = '', lease_expires_at = NULL
+    FROM unnest(%s::bigint[], %s::bigint[]) AS v(id, claims)
+    WHERE s.id = v.id AND s.claims = v.claims AND s.lease_owner = %s
+"""
+
 #: This transaction's commit does not wait for the disk: a crash may lose it.
 ASYNCHRONOUS_COMMIT = "SET LOCAL synchronous_commit TO OFF"
 
