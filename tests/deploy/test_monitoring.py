@@ -300,7 +300,15 @@ def test_every_metric_the_rule_and_the_dashboard_use_is_on_a_real_scrape(
     dead = f"http://127.0.0.1:{servers.free_port()}/"
     wf.template(
         "mon-broken",
-        steps=[{"name": "notify", "type": "http", "with": {"url": dead}, "retries": 0}],
+        steps=[
+            {
+                "name": "notify",
+                "type": "http",
+                "with": {"url": dead},
+                "retries": 0,
+                "retryForSeconds": 0,
+            }
+        ],
         clusterSelector={"namespaces": ["mon-broken"]},
     )
     for name in ("mon-gate", "mon-broken"):

@@ -83,7 +83,7 @@ def test_metrics_count_hook_answers_runs_and_the_workers_steps(
         ],
         clusterSelector={"namespaces": ["gated"]},
     )
-    # Nothing listens on that port: the http step fails at once, and for good (no retries).
+    # Nothing listens on that port: the http step fails at once, and for good (no budget).
     wf.template(
         "metrics-broken",
         steps=[
@@ -92,6 +92,7 @@ def test_metrics_count_hook_answers_runs_and_the_workers_steps(
                 "type": "http",
                 "with": {"url": f"http://127.0.0.1:{servers.free_port()}/"},
                 "retries": 0,
+                "retryForSeconds": 0,
             }
         ],
         clusterSelector={"namespaces": ["broken"]},

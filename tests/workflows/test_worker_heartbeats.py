@@ -155,7 +155,9 @@ def test_each_batch_poll_and_the_reconciler_reap(who: str, sent: list[tuple[str,
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_lease_whose_outcome_could_not_be_recorded_is_freed_by_the_heartbeat() -> None:
+def test_a_lease_whose_outcome_could_not_be_recorded_is_freed_by_the_heartbeat(
+    no_worker: None,
+) -> None:
     """A live process keeps its leases: one whose outcome a failure kept from being recorded
     (the database went away mid-record) must not hold its step until its call's bound
     passes. The heartbeat frees it, by compare-and-set on its token."""
