@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("workflows", "0010_bypass_plural"),
+        ("workflows", "0011_identities"),
     ]
 
     operations = [
