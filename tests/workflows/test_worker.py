@@ -23,7 +23,7 @@ from tests.support import workflows as wf
 from tests.support.worker import Worker
 from tests.workflows.conftest import Receiver
 from tests.workflows.steps_for_tests import PREFIX
-from workflows.models import Run, RunEvent, StepRun
+from workflows.models import Run, RunEvent, StepRun, WorkerBeat
 from workflows.operators import actions
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -204,6 +204,11 @@ def test_a_worker_killed_mid_step_resumes_and_does_each_side_effect_once(
     )
     call_hook(hook_server)
     wait_for(lambda: bool(redis_client.keys(f"{PREFIX}:holding:*")), what="the step to start")
+    # Transactional tests truncate every table after each test, this session's worker's
+    # heartbeat rows too: it writes its own again within HOOKSVC_WORKER_BEAT_SECONDS, and
+    # only a process whose row is there is found dead.
+    owner = StepRun.objects.get(name="snapshot").lease_owner
+    wait_for(lambda: WorkerBeat.objects.filter(owner=owner).exists(), what="its heartbeat")
     worker.kill()
     gate.touch()
     assert call_hook(hook_server)["retryAfterSeconds"] > 0, "the hook must keep holding"

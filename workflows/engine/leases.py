@@ -132,9 +132,13 @@ class _Heartbeat:
             fresh = now - self._beat_at < settings.WORKER_BEAT_SECONDS
         if not fresh:
             sql.execute(sql.WORKER_BEAT, [owner()])
-            with self._lock:
-                self._beat_at = now
-                self._lock.notify()
+            # Fresh once it commits: a claim's transaction that rolls back takes it along.
+            transaction.on_commit(lambda: self._beaten(now))
+
+    def _beaten(self, at: float) -> None:
+        with self._lock:
+            self._beat_at = max(self._beat_at, at)
+            self._lock.notify()
 
     def rest(self) -> None:
         """Beat no more unless leases are held (a test session's end: its database goes)."""
