@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("workflows", "0011_identities"),
+        ("workflows", "0012_addon_profile_name"),
     ]
 
     operations = [
