@@ -116,6 +116,8 @@ class _Heartbeat:
         self._claimed_at = -math.inf
         #: Leases whose outcome a failure kept from being recorded: to free.
         self._unrecorded: set[Lease] = set()
+        #: Never set: the thread's pause after a failed tick.
+        self._pause = threading.Event()
 
     def holding(self) -> set[int]:
         """The steps whose leases this process holds now."""
@@ -213,8 +215,10 @@ class _Heartbeat:
                     extra={"action": "lease_extend_failed"},
                     exc_info=True,
                 )
-                # A connection that broke is made again at the next tick.
+                # A connection that broke is made again at the next tick, a second later:
+                # a database that does not answer is not asked in a loop.
                 connection.close()
+                self._pause.wait(_IDLE_TICK_SECONDS)
             else:
                 # A long-lived connection of a thread that mostly sleeps: drop it when it broke.
                 if connection.connection is not None and not connection.is_usable():
