@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("workflows", "0012_addon_profile_name"),
+        ("workflows", "0013_api_tokens"),
     ]
 
     operations = [
