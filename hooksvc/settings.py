@@ -360,6 +360,10 @@ if os.environ.get("CELERY_BROKER_URL", "").startswith(("redis://", "rediss://"))
 # Celery: PostgreSQL is the source of truth, the broker only carries wake-ups. Redis in
 # production and in `make run` alike (its local one: hooksvc.devbroker), for the same
 # transport's semantics: late acknowledgement, redelivery, the worker's own countdowns.
+if PRODUCTION and not os.environ.get("CELERY_BROKER_URL"):
+    # Unset, it would name `make run`'s local socket, which no production pod has: the worker
+    # would retry a broker that cannot exist and the hook path would enqueue into nothing.
+    raise RuntimeError("CELERY_BROKER_URL must be set when HOOKSVC_ENV=production")
 CELERY_BROKER_URL = (
     os.environ.get("CELERY_BROKER_URL", "")
     or _SERVING.get("CELERY_BROKER_URL", "")

@@ -215,7 +215,8 @@ def test_database_url_gives_a_postgresql_entry_with_its_options() -> None:
 def _settings_in_a_subprocess(
     env: dict[str, str], expression: str
 ) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HOOKSVC_", "DATABASE_"))}
+    ours = ("HOOKSVC_", "DATABASE_", "CELERY_")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
     return subprocess.run(
         [sys.executable, "-c", f"from hooksvc import settings; print({expression})"],
         cwd=servers.ROOT,
@@ -238,6 +239,20 @@ def test_production_refuses_to_start_without_database_url(tmp_path: Path) -> Non
     )
     assert done.returncode != 0
     assert "DATABASE_URL must be set when HOOKSVC_ENV=production" in done.stderr
+
+
+def test_production_refuses_to_start_without_a_broker_url(tmp_path: Path) -> None:
+    done = _settings_in_a_subprocess(
+        {
+            "HOOKSVC_ENV": "production",
+            "HOOKSVC_SECRET_KEY": "x" * 50,
+            "HOOKSVC_DATA_DIR": str(tmp_path),
+            "DATABASE_URL": "postgres://hooksvc@127.0.0.1:5432/hooksvc",
+        },
+        "settings.CELERY_BROKER_URL",
+    )
+    assert done.returncode != 0
+    assert "CELERY_BROKER_URL must be set when HOOKSVC_ENV=production" in done.stderr
 
 
 def test_development_without_database_url_uses_the_local_server(tmp_path: Path) -> None:

@@ -35,8 +35,9 @@ def _production_env(tmp_path: Path) -> dict[str, str]:
         "HOOKSVC_ENV": "production",
         "HOOKSVC_SECRET_KEY": secrets.token_urlsafe(50),
         "HOOKSVC_DATA_DIR": str(tmp_path),
-        # Production requires one (hooksvc.settings); `check` does not connect.
+        # Production requires both (hooksvc.settings); `check` connects to neither.
         "DATABASE_URL": "postgres://hooksvc@db.invalid:5432/hooksvc",
+        "CELERY_BROKER_URL": "redis://redis.invalid:6379/0",
     }
 
 
