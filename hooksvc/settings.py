@@ -212,8 +212,9 @@ TEMPLATES = [
 #: same database and broker with nothing exported (hooksvc.devrun).
 _SERVING = {} if PRODUCTION else devrun.environment(DATA_DIR)
 _DATABASE_URL = os.environ.get("DATABASE_URL", "") or _SERVING.get("DATABASE_URL", "")
-if not _DATABASE_URL and PRODUCTION:
-    raise RuntimeError("DATABASE_URL must be set when HOOKSVC_ENV=production")
+for _required in ("DATABASE_URL", "CELERY_BROKER_URL"):  # unset: `make run`'s local servers
+    if PRODUCTION and not os.environ.get(_required):
+        raise RuntimeError(f"{_required} must be set when HOOKSVC_ENV=production")
 DATABASES: dict[str, dict[str, Any]] = {
     # Without a URL: the local PostgreSQL of `make run`, on its Unix socket under DATA_DIR.
     "default": dburl.parse(_DATABASE_URL) if _DATABASE_URL else devdb.database(DATA_DIR)
@@ -360,10 +361,6 @@ if os.environ.get("CELERY_BROKER_URL", "").startswith(("redis://", "rediss://"))
 # Celery: PostgreSQL is the source of truth, the broker only carries wake-ups. Redis in
 # production and in `make run` alike (its local one: hooksvc.devbroker), for the same
 # transport's semantics: late acknowledgement, redelivery, the worker's own countdowns.
-if PRODUCTION and not os.environ.get("CELERY_BROKER_URL"):
-    # Unset, it would name `make run`'s local socket, which no production pod has: the worker
-    # would retry a broker that cannot exist and the hook path would enqueue into nothing.
-    raise RuntimeError("CELERY_BROKER_URL must be set when HOOKSVC_ENV=production")
 CELERY_BROKER_URL = (
     os.environ.get("CELERY_BROKER_URL", "")
     or _SERVING.get("CELERY_BROKER_URL", "")
