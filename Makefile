@@ -8,7 +8,7 @@ REQUIREMENTS_SUM := $(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(REQUIREMENTS_SUM)
 STAMP := $(VENV)/.installed-dev-$(REQUIREMENTS_SUM)
 
-.PHONY: run test lint typecheck pytest services bench bench-fleet-10000 chromium podman image clean soak soak-run crds clusterctl openapi
+.PHONY: run test lint typecheck pytest docs services bench bench-fleet-10000 chromium podman image clean soak soak-run crds clusterctl openapi
 
 $(RUN_STAMP): requirements/base.txt requirements/run.txt requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP) services chromium podman
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The documentation site (mkdocs.yml: README.md is its home page, the rest docs/) into site/;
+# `make test` builds it with --strict (tests/test_docs.py), where a broken link fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build
 
 # The container image (IMAGE=hooksvc:local), with docker when its daemon answers, else
 # podman; PYTHON_IMAGE picks the base (scripts/build-image).
@@ -120,4 +125,4 @@ podman:
 # As root, `make run` may have put its PostgreSQL outside var/ (hooksvc/devdb.py, ROOT_HOMES).
 clean:
 	@if [ -L var/postgres ]; then rm -rf "$$(readlink -f var/postgres)"; fi
-	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) var site .mypy_cache .ruff_cache .pytest_cache

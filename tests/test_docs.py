@@ -1,25 +1,54 @@
-"""The docs stay true: every setting the code reads, the layers, the paths they name."""
+"""The docs stay true and readable: every setting the code reads, the layers, the paths they
+name; a short README that opens with the two commands; a site that builds with no broken link."""
 
 from __future__ import annotations
 
 import configparser
+import html.parser
+import importlib.util
 import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
 
 from django.conf import settings
 
 from tests.support.servers import ROOT
 
+DOCS = ROOT / "docs"
+#: "A few hundred lines at most" (issue 24): the commands, the five-minute start and a map.
+README_MAX_LINES = 200
 
-def test_the_readme_documents_every_environment_variable() -> None:
-    readme = (ROOT / "README.md").read_text()
-    missing = [name for name in settings.ENVIRONMENT if f"`{name}`" not in readme]
-    assert not missing, f"add these to README.md's Configuration table: {missing}"
+
+def test_the_settings_page_documents_every_environment_variable() -> None:
+    page = (DOCS / "settings.md").read_text()
+    documented = {
+        name
+        for row in re.findall(r"^\| (`[^|]+`) \|", page, flags=re.MULTILINE)
+        for name in re.findall(r"`([A-Z0-9_]+)`", row)
+    }
+    missing = [name for name in settings.ENVIRONMENT if name not in documented]
+    assert not missing, f"add these to the table of docs/settings.md: {missing}"
 
 
 def test_the_readme_opens_with_the_two_commands() -> None:
     head = (ROOT / "README.md").read_text().splitlines()[:6]
     assert any(line.startswith("make run") for line in head)
     assert any(line.startswith("make test") for line in head)
+
+
+def test_the_readme_stays_short_and_points_into_the_docs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    length = len(readme.splitlines())
+    assert length <= README_MAX_LINES, (
+        f"README.md has {length} lines (at most {README_MAX_LINES}): write the details as a "
+        "page under docs/ (in mkdocs.yml's nav) and link it from the README's map"
+    )
+    assert "## Five-minute start" in readme
+    linked = set(re.findall(r"\]\(docs/([\w.-]+\.md)", readme))
+    pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
+    assert not pages - linked, f"add these pages to the README's map: {sorted(pages - linked)}"
 
 
 def _section(text: str, heading: str) -> str:
@@ -31,19 +60,27 @@ def _section(text: str, heading: str) -> str:
 
 def _missing_paths(text: str) -> list[str]:
     """Repository paths named in backticks (under one of its top-level folders, or a module's
-    file name) that do not exist. URLs (`/admin/`), placeholders (`<hook>`) and upstream
-    projects' paths (`util/cache/cache.go`) are not checked."""
+    file name) that do not exist. URLs (`/admin/`), placeholders (`<hook>`), upstream
+    projects' paths (`util/cache/cache.go`) and what is made at run time, in the folders
+    .gitignore names (`var/tls/`), are not checked."""
     missing = []
-    tops = {p.name for p in ROOT.iterdir() if p.is_dir()}
+    ignored = set(re.findall(r"^/([\w.-]+)/$", (ROOT / ".gitignore").read_text(), re.MULTILINE))
+    tops = {p.name for p in ROOT.iterdir() if p.is_dir()} - ignored
     for name in re.findall(r"`([A-Za-z0-9_.][A-Za-z0-9_./-]*)`", text):
         if "/" in name:
             if name.split("/")[0] in tops and not (ROOT / name).exists():
                 missing.append(name)
-        elif name.endswith(".py") and not any(
-            next((ROOT / package).rglob(name), None) for package in ("hooksvc", "workflows")
+        elif (
+            name.endswith(".py")
+            and not (ROOT / name).exists()
+            and not any(next((ROOT / top).rglob(name), None) for top in _CODE)
         ):
             missing.append(name)
     return missing
+
+
+#: Where a module named by its file name alone (`views.py`, `test_https.py`) may be.
+_CODE = ("hooksvc", "workflows", "tests", "bench", "scripts")
 
 
 def _tree_paths(block: str) -> list[str]:
@@ -77,20 +114,94 @@ def test_the_architecture_draws_the_layers_of_the_import_contracts() -> None:
         for line in contracts["importlinter:contract:layers"]["layers"].splitlines()
         if line.strip()
     ]
-    doc = (ROOT / "docs" / "architecture.md").read_text()
+    doc = (DOCS / "architecture.md").read_text()
     drawn = _section(doc, "The layers").split("```")[1].strip().splitlines()
     assert drawn == layers, "copy the layers of .importlinter into docs/architecture.md"
 
 
-def test_every_path_the_architecture_and_the_readme_layout_name_exists() -> None:
-    doc = (ROOT / "docs" / "architecture.md").read_text()
-    tree = _section(doc, "The folder tree").split("```")[1]
-    readme = (ROOT / "README.md").read_text()
-    named = [
-        *_missing_paths(doc),
-        *(p for p in _tree_paths(tree) if not (ROOT / p).exists()),
-        *_missing_paths(_section(readme, "Layout")),
-        *_missing_paths(_section(readme, "How a hook call is answered")),
-    ]
+def test_every_path_the_docs_name_exists() -> None:
+    """The architecture's folder tree, and every repository path any page or the README
+    names in backticks."""
+    tree = _section((DOCS / "architecture.md").read_text(), "The folder tree").split("```")[1]
+    named = [p for p in _tree_paths(tree) if not (ROOT / p).exists()]
+    for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        named += [f"{page.relative_to(ROOT)}: {p}" for p in _missing_paths(page.read_text())]
     assert not named, f"these paths moved or were renamed: fix the docs {named}"
-    assert "docs/architecture.md" in readme
+    assert "docs/architecture.md" in (ROOT / "README.md").read_text()
+
+
+# --- the site -------------------------------------------------------------------------
+
+
+def _hooks() -> ModuleType:
+    """scripts/mkdocs_hooks.py, which mkdocs.yml names (scripts/ is no package)."""
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "scripts/mkdocs_hooks.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
+    """`mkdocs build --strict`: a link to a missing page or anchor, a page left out of the
+    nav (mkdocs.yml's `validation`), or a nav entry without its page fails, with MkDocs'
+    own warnings as the message."""
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    warnings = [line for line in built.stderr.splitlines() if not line.startswith("INFO")]
+    assert built.returncode == 0, "mkdocs build --strict:\n" + "\n".join(warnings)
+    page = (tmp_path / "index.html").read_text()
+    article = page[page.index("<article") : page.index("</article>")]
+    home = _Lists()
+    home.feed(article)
+    assert home.items_of_first_ordered_list == 3, "the README's five-minute start has 3 steps"
+    assert 'href="make-run.html"' in article
+
+
+class _Lists(html.parser.HTMLParser):
+    """How many items the first <ol> of a page has (its own, not those of nested lists)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0
+        self.seen = False
+        self.items_of_first_ordered_list = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("ol", "ul") and (self.depth or (tag == "ol" and not self.seen)):
+            self.depth += 1
+            self.seen = True
+        elif tag == "li" and self.depth == 1:
+            self.items_of_first_ordered_list += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("ol", "ul") and self.depth:
+            self.depth -= 1
+
+
+def test_lists_written_for_github_are_indented_as_mkdocs_reads_them() -> None:
+    """CommonMark nests under an item's text column (2 spaces under `- `, 3 under `1. `);
+    Python-Markdown wants 4 per level, and a blank line before an item that follows a
+    paragraph of a loose item."""
+    github = (
+        "1. one\n   more\n\n   ```sh\n   code\n     deeper\n   ```\n"
+        "2. two\n- a\n  - b\n    text\n- c\n\nafter\n"
+    )
+    assert _hooks().four_space_lists(github) == (
+        "1. one\n    more\n\n    ```sh\n    code\n      deeper\n    ```\n\n"
+        "2. two\n- a\n    - b\n        text\n- c\n\nafter\n"
+    )
+
+
+def test_the_home_page_is_the_readme_with_its_links_into_docs() -> None:
+    hooks = _hooks()
+    assert (DOCS / "index.md").read_text().strip() == hooks.MARKER
+    assert hooks.readme_as_page("[a](docs/api.md#x) [b](https://e.org/docs/c)") == (
+        "[a](api.md#x) [b](https://e.org/docs/c)"
+    )

@@ -23,7 +23,7 @@ def rendered() -> dict[str, list[manifests.Obj]]:
     if manifests.kubectl() is None:
         pytest.skip(
             "kubectl is not installed, so k8s/ cannot be rendered: install kubectl "
-            "(README, 'Deploy on Kubernetes') to run these tests"
+            "(docs/deploy.md) to run these tests"
         )
     out = {name: manifests.render(path) for name, path in manifests.TARGETS.items()}
     out["chart:prod"] = chart.render(chart.VALUE_SETS["prod"])

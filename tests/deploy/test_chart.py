@@ -38,7 +38,7 @@ IDENTITY_ENV = {
 
 def _need_kubectl() -> None:
     if manifests.kubectl() is None:
-        pytest.skip("kubectl is not installed (README, 'Deploy on Kubernetes')")
+        pytest.skip("kubectl is not installed (docs/deploy.md)")
 
 
 # --- helm lint ----------------------------------------------------------------------------
@@ -209,16 +209,15 @@ def test_every_value_has_a_comment_in_values_yaml() -> None:
     assert _keys_without_comment(sample) == ["line 1: a", "line 4: c"]
 
 
-def _readme_values_table() -> dict[str, str]:
-    readme = (manifests.ROOT / "README.md").read_text()
-    section = readme.split("### Install with Helm", 1)[1].split("\n### ", 1)[0]
-    rows = re.findall(r"^\| `([A-Za-z.]+)` \| (.+) \|$", section, flags=re.MULTILINE)
+def _documented_values() -> dict[str, str]:
+    page = (manifests.ROOT / "docs" / "helm.md").read_text()
+    rows = re.findall(r"^\| `([A-Za-z.]+)` \| (.+) \|$", page, flags=re.MULTILINE)
     return dict(rows)
 
 
-def test_the_readme_lists_every_top_level_value() -> None:
+def test_the_docs_list_every_top_level_value() -> None:
     values: dict[str, Any] = yaml.safe_load((chart.CHART / "values.yaml").read_text())
-    assert set(_readme_values_table()) == set(values)
+    assert set(_documented_values()) == set(values), "docs/helm.md's table of values"
 
 
 # --- each option wired through ------------------------------------------------------------------
@@ -300,7 +299,7 @@ def test_identity_values_give_web_the_sign_in_settings_and_the_role_rules(
                 assert not IDENTITY_ENV & set(_env(container)), container["name"]
 
 
-#: The Secret the operator creates before installing (README, "Deploy on Kubernetes").
+#: The Secret the operator creates before installing (docs/deploy.md, "Install").
 ENV_SECRET: manifests.Obj = {
     "kind": "Secret",
     "metadata": {"name": "hooksvc-env"},

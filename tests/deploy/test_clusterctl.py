@@ -87,18 +87,18 @@ def test_the_components_file_has_the_contracts_name_and_one_namespace() -> None:
     assert clusterctl.target_namespace(_installed()) == "hooksvc-system"
 
 
-def _readme_variables() -> dict[str, str | None]:
-    readme = (manifests.ROOT / "README.md").read_text()
-    section = readme.split("### Install with clusterctl", 1)[1].split("\n### ", 1)[0]
-    rows = re.findall(r"^\| `([A-Z0-9_]+)` \| ([^|]+) \|", section, flags=re.MULTILINE)
+def _documented_variables() -> dict[str, str | None]:
+    page = (manifests.ROOT / "docs" / "clusterctl.md").read_text()
+    rows = re.findall(r"^\| `([A-Z0-9_]+)` \| ([^|]+) \|", page, flags=re.MULTILINE)
     return {name: None if d.strip() == "(required)" else d.strip().strip("`") for name, d in rows}
 
 
 def test_every_variable_is_documented_with_its_default() -> None:
     """ "Each provider should create user facing documentation with the list of required
-    variables" (contract doc, "Variables"): README's table, both ways, defaults included."""
+    variables" (contract doc, "Variables"): docs/clusterctl.md's table, both ways, defaults
+    included."""
     used = clusterctl.references(clusterctl.components_text())
-    assert _readme_variables() == used
+    assert _documented_variables() == used
     assert {name for name, default in used.items() if default is None} == set(CLUSTERCTL_GIVEN)
     generator = clusterctl.generator()
     assert {v.name: v.default for v in generator["VARIABLES"]} == used
@@ -249,8 +249,8 @@ def test_every_object_carries_the_provider_label() -> None:
         assert not chart.HELM_LABELS & set(labels), manifests.id_of(obj)
 
 
-#: What the operator creates in hooksvc's namespace before installing (README, "Deploy on
-#: Kubernetes"), and the sign-in objects README's "Install with clusterctl" describes.
+#: What the operator creates in hooksvc's namespace before installing (docs/deploy.md,
+#: "Install"), and the sign-in objects docs/clusterctl.md describes.
 ENV_SECRET: manifests.Obj = {
     "kind": "Secret",
     "metadata": {"name": "hooksvc-env"},

@@ -16,7 +16,8 @@ REQUIREMENTS = manifests.ROOT / "requirements"
 #: Tools only tests, linters, type checks and benchmarks use.
 TEST_TOOLS = re.compile(
     r"^(pytest.*|mypy.*|ruff|bandit|playwright|schemathesis|hypothesis.*|.*-stubs|types-.*"
-    r"|celery-types|import-linter|kubernetes-validate|psutil|py-spy|uvicorn|oidc-provider-mock)$"
+    r"|celery-types|import-linter|kubernetes-validate|psutil|py-spy|uvicorn|oidc-provider-mock"
+    r"|mkdocs.*)$"
 )
 
 

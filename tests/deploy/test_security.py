@@ -202,7 +202,7 @@ def test_the_wildcard_check_finds_a_star_in_any_field(rule: dict[str, Any]) -> N
 
 def _component(name: str, tmp_path: Path) -> list[manifests.Obj]:
     if manifests.kubectl() is None:
-        pytest.skip("kubectl is not installed (README, 'Deploy on Kubernetes')")
+        pytest.skip("kubectl is not installed (docs/deploy.md)")
     tmp_path.mkdir(exist_ok=True)
     return manifests.render_with_component(name, tmp_path)
 

@@ -425,7 +425,7 @@ def test_the_examples_kustomization_renders_every_example_for_gitops() -> None:
     """What Argo CD or Flux would sync from examples/ (kubectl kustomize, as they build it)."""
     exe = shutil.which("kubectl")
     if exe is None:
-        pytest.skip("kubectl is not installed (README, 'Deploy on Kubernetes')")
+        pytest.skip("kubectl is not installed (docs/deploy.md)")
     proc = subprocess.run(
         [exe, "kustomize", str(ROOT / "examples")], capture_output=True, text=True, check=True
     )

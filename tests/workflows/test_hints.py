@@ -273,7 +273,7 @@ def test_why_for_a_held_deletion_suggests_ok_to_delete_and_it_sets_capis_annotat
 ) -> None:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.skip("kubectl is not installed (README, 'Deploy on Kubernetes')")
+        pytest.skip("kubectl is not installed (docs/deploy.md)")
     wf.template(
         "pre-delete", hook="BeforeClusterDelete", steps=[{"name": "ok", "type": "approval"}]
     )
