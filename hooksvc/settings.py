@@ -1,6 +1,6 @@
 """Django settings for hooksvc, read from the environment.
 
-Every knob is an environment variable, listed in the README's configuration table and in
+Every knob is an environment variable, listed in docs/settings.md's table and in
 `ENVIRONMENT` below (docker-compose and the k8s manifests are checked against that list).
 With nothing set, the process runs the development setup of `make run`: the local
 PostgreSQL and Redis that `make run` starts under HOOKSVC_DATA_DIR (hooksvc.devdb,
@@ -195,7 +195,7 @@ WSGI_APPLICATION = "hooksvc.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        # The admin's pages with hooksvc's breadcrumbs (see the README there).
+        # The admin's pages with hooksvc's breadcrumbs (docs/admin.md).
         "DIRS": [BASE_DIR / "workflows" / "operators" / "admin" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {

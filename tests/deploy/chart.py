@@ -5,7 +5,7 @@ The value sets are the chart's own ci/*-values.yaml (chart-testing's convention)
 defaults.
 
 What the chart renders differs from k8s/ only in these ways, which `kustomize_view` undoes
-(README, "Install with Helm", says the same):
+(docs/helm.md says the same):
 
 - every object's metadata carries Helm's labels (helm.sh/chart, app.kubernetes.io/instance,
   managed-by, version), unless helmLabels is false;

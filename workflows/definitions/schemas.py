@@ -211,7 +211,7 @@ def _step(types: Mapping[str, registry.StepType]) -> Schema:
             },
             "with": {
                 "type": "object",
-                "description": "The step type's parameters (README: step types).",
+                "description": "The step type's parameters (docs: templates.md, the step types).",
                 "properties": union,
                 "x-kubernetes-preserve-unknown-fields": True,
             },
@@ -277,7 +277,7 @@ def _retry_after() -> Schema:
 def template_spec(types: Mapping[str, registry.StepType]) -> Schema:
     """The schema of a WorkflowTemplate's spec."""
     schema = _object(
-        "What runs when a hook is called for a matching Cluster (README: workflow templates).",
+        "What runs when a hook is called for a matching Cluster (docs: templates.md).",
         {
             "hook": {
                 "type": "string",
@@ -326,7 +326,7 @@ def profile_spec() -> Schema:
         "x-kubernetes-preserve-unknown-fields": True,
     }
     schema = _object(
-        "Add-ons for matching Clusters, removed at their deletion (README: add-on profiles).",
+        "Add-ons for matching Clusters, removed at their deletion (docs: addon-profiles.md).",
         {
             "clusterSelector": _selector(),
             "dependsOn": _names("AddonProfiles installed first and removed after this one."),

@@ -26,8 +26,8 @@ from hooksvc.contract import catalog
 DEFAULT_RETRIES = 3
 #: A step's error budget in time: temporary errors fail it only once they have lasted this
 #: long (and more than `retries` attempts in a row), so an API server away for a few
-#: minutes (an upgrade of the management cluster) never fails a step (README "Timeouts and
-#: retries").
+#: minutes (an upgrade of the management cluster) never fails a step (docs/templates.md,
+#: "Timeouts and retries").
 DEFAULT_RETRY_FOR_SECONDS = 300
 DEFAULT_RETRY_AFTER_SECONDS = 10
 #: The choices of the template's policies; the first is the default.
@@ -88,7 +88,7 @@ class Step:
 
 @dataclasses.dataclass(frozen=True)
 class Template:
-    """A WorkflowTemplate's spec as the engine reads it (README "Workflow templates")."""
+    """A WorkflowTemplate's spec as the engine reads it (docs/templates.md)."""
 
     hook: str
     steps: tuple[Step, ...] = ()

@@ -1,6 +1,6 @@
 """What an attempt's result does to its step: `decide`, a pure function of the result.
 
-The rules of a step's life live here (README "Timeouts and retries"): a Poll or Done is
+The rules of a step's life live here (docs/templates.md, "Timeouts and retries"): a Poll or Done is
 progress and ends any streak of failures; a temporary error is retried with exponential
 backoff and full jitter (or after the delay the error asks for, a 429's Retry-After) while
 the step is within its error budget, and fails it only when more than `retries` attempts

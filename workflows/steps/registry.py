@@ -226,8 +226,8 @@ def _item(param: Param, value: Any, field: str) -> None:
 
 StepFunction = Callable[[StepContext], Outcome]
 
-#: A step type's bounds when it declares none (README "Timeouts and retries"): a whole step
-#: of one hour, and a call of its function of five minutes (one call is one look at the
+#: A step type's bounds when it declares none (docs/templates.md, "Timeouts and retries"): a
+#: whole step of one hour, and a call of its function of five minutes (one call is one look at the
 #: world: an API call or a few; what takes longer polls). An inline type has neither: its
 #: function returns at once.
 DEFAULT_TIMEOUT_SECONDS = 3600
