@@ -205,3 +205,40 @@ def test_the_home_page_is_the_readme_with_its_links_into_docs() -> None:
     assert hooks.readme_as_page("[a](docs/api.md#x) [b](https://e.org/docs/c)") == (
         "[a](api.md#x) [b](https://e.org/docs/c)"
     )
+
+
+def test_the_metrics_page_documents_every_metric() -> None:
+    """Every metric the processes define (a counter is exposed with `_total`)."""
+    code = (ROOT / "hooksvc" / "metrics.py").read_text()
+    code += (ROOT / "hooksvc" / "serving" / "scrape.py").read_text()
+    defined = set(re.findall(r'"(hooksvc_[a-z_]+)",\n', code))
+    page = (DOCS / "metrics.md").read_text()
+    documented = set(re.findall(r"`(hooksvc_[a-z_]+?)(?:_total)?[`{]", page))
+    assert len(defined) >= 17, defined
+    missing = sorted(defined - documented)
+    assert not missing, f"add these to docs/metrics.md: {missing}"
+
+
+def test_the_docs_describe_every_built_in_step_type() -> None:
+    """Each step type has its bounds in the table of "Timeouts and retries" and its
+    parameters in a reference table (the built-ins' or the Kubernetes step types')."""
+    from workflows.steps import registry
+
+    templates = (DOCS / "templates.md").read_text()
+    bounds = _section(templates, "Timeouts and retries")
+    bounded = {
+        n
+        for row in re.findall(r"^\| (.+?) \|", bounds, re.MULTILINE)
+        for n in re.findall(r"`([a-z0-9_]+)`", row)
+    }
+    kubernetes = (DOCS / "kubernetes-steps.md").read_text()
+    described = set(re.findall(r"^\| `([a-z0-9_]+)` \|", kubernetes, re.MULTILINE))
+    described |= set(re.findall(r"`([a-z0-9_]+)`\s\(", _section(templates, "Built-in step types")))
+    names = {  # the built-ins, not the step types tests register
+        n for n in registry.names() if registry.get(n).run.__module__.startswith("workflows.")
+    }
+    assert {"noop", "http", "k8s_job"} <= names
+    assert names - bounded == set(), "add to the table in docs/templates.md, Timeouts and retries"
+    assert names - described == set(), (
+        "describe the parameters in docs/templates.md or docs/kubernetes-steps.md"
+    )
