@@ -348,20 +348,28 @@ def _answer_until(run: _MakeRun, data_dir: Path, curl: str, wanted: str) -> dict
         time.sleep(0.5)
 
 
-def _child_running(parent: int, word: str) -> int:
-    """The PID of `parent`'s child whose command line holds `word` (from /proc)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        # The parent's PID is the second field after the command's closing parenthesis.
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and word in command:
-            return int(entry.name)
-    raise AssertionError(f"no child of {parent} runs {word!r}")
+def _child_running(run: _MakeRun, word: str, timeout: float = 60) -> int:
+    """The PID of `make run`'s child whose command line holds `word` (from /proc), once there
+    is one: a child that Redis's death made exit (Celery's consumer can, see the supervisor)
+    is between its exit and its restart for a moment."""
+    parent = run.process.pid
+    deadline = time.monotonic() + timeout
+    while True:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            # The parent's PID is the second field after the command's closing parenthesis.
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent and word in command:
+                return int(entry.name)
+        assert time.monotonic() < deadline, (
+            f"no child of {parent} runs {word!r}\n{run.log()[-4000:]}"
+        )
+        time.sleep(0.2)
 
 
 def _root_only_data_dir(tmp_path: Path) -> Path:
@@ -413,7 +421,7 @@ def test_make_run_outlives_its_broker_and_worker_from_a_directory_only_root_may_
             )
             run.wait_for_line("make run: the broker (Redis) started again (PID ")
 
-            worker = _child_running(run.process.pid, "celery")
+            worker = _child_running(run, "celery")
             os.kill(worker, signal.SIGKILL)
             run.wait_for_line(
                 f"make run: the Celery worker (and beat) (PID {worker}) was killed by SIGKILL:"

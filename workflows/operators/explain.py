@@ -19,9 +19,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from django.utils import timezone
-
-from workflows.engine import messages
+from workflows.engine import clock, messages
 from workflows.hookpath import bypass as hook_bypass
 from workflows.models import HookCall, KnownCluster, Run, StepRun
 from workflows.operators import access, bypasses, holding, selectors, states
@@ -49,7 +47,7 @@ def cluster(
 ) -> dict[str, Any]:
     """What holds the cluster `namespace/name`, as `actor` may see it; UnknownCluster when
     hooksvc knows no run, hook call or watcher record of it."""
-    now = now or timezone.now()
+    now = now or clock.now()
     runs = list(
         selectors.runs_list(actor=actor, cluster_namespace=namespace, cluster_name=name)
         .prefetch_related("steps")
