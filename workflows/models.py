@@ -187,6 +187,19 @@ class StepRun(models.Model):
     #: the step types (the web process does not import them).
     waits_for_person = models.BooleanField(default=False)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    #: How long this step may go without progress before it shows as stalled (its type's
+    #: StepType.stall_seconds when the run started; workflows.engine.stalls); 0: never.
+    stall_seconds = models.PositiveIntegerField(null=True, blank=True)
+    #: When the step last made progress: what it reports (its due state, message or output)
+    #: changed, by an outcome that was no error. Written by a trigger of the table on change
+    #: only (migration 0015), on the database's clock; see workflows.engine.stalls.
+    progress_at = models.DateTimeField(null=True, blank=True, editable=False)
+    #: A digest of what it reported at progress_at, so that a poll after an error that
+    #: reports the same as before the error is no progress (the same trigger writes it).
+    progress_mark = models.CharField(max_length=32, blank=True, default="", editable=False)
+    #: When the current stall was announced (a Warning Event on the Cluster); a stall is new
+    #: when the step made progress since.
+    stall_noticed_at = models.DateTimeField(null=True, blank=True)
     #: Failed attempts in a row since the step last made progress (a poll or its end).
     failures = models.PositiveSmallIntegerField(default=0)
     #: When the current streak of failed attempts began (None: no failure since progress).

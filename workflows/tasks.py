@@ -17,7 +17,17 @@ from celery import shared_task
 from celery.signals import task_postrun, worker_process_init
 
 from workflows import errors
-from workflows.engine import attempts, calls, cleanups, dispatch, polls, reconciler, scheduling
+from workflows.engine import (
+    attempts,
+    calls,
+    cleanups,
+    clock,
+    dispatch,
+    polls,
+    reconciler,
+    scheduling,
+    stalls,
+)
 from workflows.hookpath import hookcalls
 from workflows.kube import events
 
@@ -106,6 +116,8 @@ def poll_due() -> None:
 def reconcile() -> None:
     with _events_emitted_here():
         reconciler.reconcile()
+        # Its own pass: a stall is judged by the clock, not by a message or a due time.
+        stalls.notice(clock.now())
 
 
 @shared_task(name="workflows.prune_hook_calls")

@@ -254,3 +254,32 @@ def flaky_poll(ctx: registry.StepContext) -> registry.Outcome:
     if polls < ctx.params["polls"]:
         return registry.Poll(after=float(ctx.params["every"]), message=f"poll {polls}")
     return registry.Done({"polls": polls, "calls": calls})
+
+
+@registry.step_type(
+    "stuck_poll",
+    params={
+        "every": registry.Param((int, float), default=0.5, minimum=0),
+        "normalSeconds": registry.Param(int, default=1, minimum=0),
+        # Report something new at each poll: progress, however long it takes.
+        "changing": registry.Param(bool, default=False),
+        # Succeed once this file exists.
+        "untilFile": registry.Param(str),
+    },
+    # Its normal bound comes from its parameters, as `wait`'s does.
+    stall_seconds=lambda params: int(params.get("normalSeconds", 1)),
+)
+def stuck_poll(ctx: registry.StepContext) -> registry.Outcome:
+    """Polls every `every` s, saying what it waits for (the same each time unless
+    `changing`), until `untilFile` exists."""
+    until = ctx.params.get("untilFile")
+    if until and Path(until).exists():
+        return registry.Done({})
+    polls = int(ctx.memo.get("polls", 0)) + 1
+    ctx.memo["polls"] = polls
+    client().incr(f"{PREFIX}:polls:{ctx.object_name()}")
+    said = f" ({polls} polls)" if ctx.params["changing"] else ""
+    return registry.Poll(
+        after=float(ctx.params["every"]),
+        message=f"waiting for Job {ctx.object_name()} to complete: 1 active{said}",
+    )

@@ -35,6 +35,7 @@ from workflows.engine import (
     messages,
     observe,
     sql,
+    stalls,
     transitions,
 )
 from workflows.models import Run, StepRun
@@ -321,6 +322,7 @@ def _run_start(run: Run, now: datetime.datetime) -> list[StepRun]:
                 retries=s.retries,
                 retry_for_seconds=s.retry_for_seconds,
                 waits_for_person=registry.waits_for_person(s.type),
+                stall_seconds=stalls.normal_seconds(s.type, s.params),
             )
             for i, s in enumerate(spec.steps)
         ],

@@ -1,5 +1,6 @@
-"""Kubernetes Events on the CAPI Cluster for each run's start, success and failure, and for
-a run that starts waiting for a person (what it asks, and the command that approves it).
+"""Kubernetes Events on the CAPI Cluster for each run's start, success and failure, for
+a run that starts waiting for a person (what it asks, and the command that approves it),
+and for a step that stalls (a Warning: workflows.engine.stalls).
 
 `kubectl describe cluster` then tells the story next to CAPI's own events. The worker emits
 them (never the hook path): the engine task that made the transition emits its Events once
@@ -31,12 +32,18 @@ logger = logging.getLogger(__name__)
 STARTED, SUCCEEDED, FAILED = "started", "succeeded", "failed"
 #: Its message comes with the task (the engine writes it: workflows.engine.messages).
 AWAITING_APPROVAL = "awaiting_approval"
+#: A step made no progress for longer than its type says is normal (workflows.engine.stalls,
+#: which writes the message).
+STALLED = "stalled"
 REASONS = {
     STARTED: "HooksvcWorkflowStarted",
     SUCCEEDED: "HooksvcWorkflowSucceeded",
     FAILED: "HooksvcWorkflowFailed",
     AWAITING_APPROVAL: "HooksvcAwaitingApproval",
+    STALLED: "HooksvcStepStalled",
 }
+#: The outcomes a person should look at: Warning Events.
+WARNINGS = frozenset({FAILED, STALLED})
 
 _skipped_logged = False
 
@@ -140,7 +147,7 @@ def emit(run_id: int, outcome: str, text: str = "") -> None:
         cluster_uid=str((run.context.get("cluster") or {}).get("uid") or ""),
         reason=REASONS[outcome],
         message=text or message(run, outcome),
-        type="Warning" if outcome == FAILED else "Normal",
+        type="Warning" if outcome in WARNINGS else "Normal",
     )
 
 

@@ -15,6 +15,8 @@ WAITING = "waiting for approval"
     inline=True,
     waiting_message=WAITING,
     waits_for_person=True,
+    # A person ends it: shown as waiting for approval, bounded by its run's deadline.
+    stall_seconds=0,
 )
 def approval(ctx: registry.StepContext) -> registry.Outcome:
     """Waits until an operator approves the step."""

@@ -75,7 +75,12 @@ DEFAULT_TIMEOUT_SECONDS = 4 * 3600
 
 
 @registry.step_type(
-    "backup_pvs", params=PARAMS, check=_check, default_timeout_seconds=DEFAULT_TIMEOUT_SECONDS
+    "backup_pvs",
+    params=PARAMS,
+    check=_check,
+    default_timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
+    # A snapshot or a Velero backup reports its phase; a large volume stays in one a while.
+    stall_seconds=1800,
 )
 def backup_pvs(ctx: registry.StepContext) -> registry.Outcome:
     """Backs up persistent volumes with CSI snapshots or a Velero backup."""

@@ -470,6 +470,8 @@ def _refused(ctx: registry.StepContext, found: pods.Trouble, image: str) -> regi
     params=PARAMS,
     cleanup=cleanup,
     default_timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
+    # The Pod reports "Running" for the whole run of the tests (an hour or more).
+    stall_seconds=5400,
 )
 def conformance(ctx: registry.StepContext) -> registry.Outcome:
     """Runs the Kubernetes conformance tests in the workload cluster."""

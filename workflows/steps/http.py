@@ -102,6 +102,8 @@ def _env_headers(names: dict[str, str]) -> dict[str, str]:
         ),
         "timeoutSeconds": registry.Param((int, float), default=10, minimum=1),
     },
+    # One POST per attempt: ten minutes without success is a streak of failed attempts.
+    stall_seconds=600,
 )
 def http(ctx: registry.StepContext) -> registry.Outcome:
     """POSTs the run's context to a URL."""

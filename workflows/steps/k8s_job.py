@@ -237,7 +237,8 @@ def _trouble(
     return _failed_create(ctx, api, job, since)
 
 
-@registry.step_type("k8s_job", params=PARAMS, check=check, cleanup=cleanup)
+# A Job reports the same while its Pod runs: half of its default bound.
+@registry.step_type("k8s_job", params=PARAMS, check=check, cleanup=cleanup, stall_seconds=1800)
 def k8s_job(ctx: registry.StepContext) -> registry.Outcome:
     """Runs a Job and waits for it to finish."""
     api = objects.cluster_api(ctx, ctx.params["cluster"])

@@ -232,6 +232,12 @@ StepFunction = Callable[[StepContext], Outcome]
 #: function returns at once.
 DEFAULT_TIMEOUT_SECONDS = 3600
 DEFAULT_CALL_TIMEOUT_SECONDS = 300
+#: How long a step may go without progress before it shows as stalled, when its type
+#: declares no bound of its own (workflows.engine.stalls; docs/stalls.md).
+DEFAULT_STALL_SECONDS = 900
+
+#: A type's normal bound: seconds, or a function of the step's parameters (`wait`).
+StallBound = int | Callable[[Mapping[str, Any]], int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +269,14 @@ class StepType:
     #: on the Cluster says how to approve, and the step's `with.message` is what the person
     #: is asked. Its function finds the approval in its memo (workflows.steps.memo).
     waits_for_person: bool = False
+    #: How long a step of this type normally goes without progress (workflows.engine.stalls);
+    #: 0: never stalled (what a person ends: its run's deadline bounds it).
+    stall_seconds: StallBound = DEFAULT_STALL_SECONDS
+
+    def normal_seconds(self, params: Mapping[str, Any]) -> int:
+        """How long a step of this type with `params` may go without progress."""
+        bound = self.stall_seconds
+        return max(0, int(bound(params) if callable(bound) else bound))
 
     def asks(self, params: Mapping[str, Any]) -> str:
         """What a step of this type asks a person (its `with.message`); "" if it asks nothing."""
@@ -285,11 +299,13 @@ def step_type(
     inline: bool = False,
     waiting_message: str = "",
     waits_for_person: bool = False,
+    stall_seconds: StallBound | None = None,
 ) -> Callable[[StepFunction], StepFunction]:
     """Register a step type under `name`; registering a name twice is an error.
 
     Its bounds (StepType.default_timeout_seconds, call_timeout_seconds) default to the
-    registry's; an inline type has neither, and one that waits for a person no step bound.
+    registry's; an inline type has neither, and one that waits for a person no step bound
+    and no stall bound (stall_seconds).
     """
     if default_timeout_seconds is None:
         # What a person ends is bounded by its run's deadline (deadlineSeconds), not its own.
@@ -298,6 +314,8 @@ def step_type(
         call_timeout_seconds = None
     elif call_timeout_seconds is None:
         call_timeout_seconds = DEFAULT_CALL_TIMEOUT_SECONDS
+    if stall_seconds is None:
+        stall_seconds = 0 if waits_for_person else DEFAULT_STALL_SECONDS
 
     def register(func: StepFunction) -> StepFunction:
         global _person_types
@@ -316,6 +334,7 @@ def step_type(
             inline=inline,
             waiting_message=waiting_message,
             waits_for_person=waits_for_person,
+            stall_seconds=stall_seconds,
         )
         return func
 

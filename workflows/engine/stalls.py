@@ -1,0 +1,200 @@
+"""Stalls: a due step that has made no progress for longer than its type says is normal.
+
+Progress is a change of what the step reports while it is due (ready or waiting) and not
+within a streak of failed attempts: its state, its message or its output. A trigger of the
+step table records it (`progress_at`, migration 0015_step_stalls) on change only, so a poll
+that reports the same costs no write, and every writer of a step's row counts alike. An
+error is no progress, nor is the poll after it that reports what the step reported before.
+This is not the error budget's "progress" (workflows.engine.policy: any successful poll
+ends a streak of failures): a Job polled every 10 s for an hour with the same "1 active"
+keeps its budget whole but makes no progress here.
+
+Each step gets its bound when its run starts (`normal_seconds`: its type's
+StepType.stall_seconds, docs/stalls.md lists the built-in ones; 0: never stalled). A step
+that waits for a person never stalls: it shows as awaiting approval, and its run's
+deadline bounds it. Everything below reads the whole fleet in one query: `where` (steps),
+`of_runs` and `annotate` (runs), `by_type` (the hooksvc_steps_stalled gauge); `notice`
+(the reconciler's pass, workflows.tasks) sends one Warning Event on the Cluster per new
+stall; `describe` is what `workflows why` and the API say of one step.
+
+Times: `progress_at` is on the database's clock (the trigger's statement_timestamp()), as
+worker heartbeats are; `now` is the reader's clock.now(). Hosts agree to well under the
+minutes these bounds are.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import transaction
+from django.db.models import (
+    Count,
+    DateTimeField,
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    Func,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
+from django.db.models.expressions import CombinedExpression
+from django.db.models.functions import Coalesce
+from django.db.models.lookups import LessThan
+
+from workflows.engine import dispatch
+from workflows.models import Run, StepRun
+from workflows.steps import registry
+
+logger = logging.getLogger(__name__)
+
+#: What `dispatch.cluster_event` announces for a new stall (workflows.kube.events).
+STALLED = "stalled"
+#: At most this many new stalls are announced per pass; the rest on the next.
+NOTICE_LIMIT = 500
+
+
+def normal_seconds(type_name: str, params: Mapping[str, Any]) -> int:
+    """The bound a step of type `type_name` with `params` gets (StepRun.stall_seconds)."""
+    step_type = registry.find(type_name)
+    if step_type is None:  # unknown: its attempt fails at once
+        return registry.DEFAULT_STALL_SECONDS
+    return step_type.normal_seconds(params)
+
+
+class _Seconds(Func):
+    """An interval of so many seconds (PostgreSQL's make_interval)."""
+
+    template = "make_interval(secs => %(expressions)s)"
+    output_field = DurationField()
+
+
+def _since() -> Coalesce:
+    # Steps made before migration 0015 have no progress time yet: from their start.
+    return Coalesce(F("progress_at"), F("started_at"), F("due_at"))
+
+
+def _stalls_at() -> ExpressionWrapper[CombinedExpression]:
+    """When a step without further progress shows as stalled."""
+    bound = Coalesce(F("stall_seconds"), Value(registry.DEFAULT_STALL_SECONDS))
+    return ExpressionWrapper(_since() + _Seconds(bound), output_field=DateTimeField())
+
+
+def where(now: datetime.datetime) -> Q:
+    """Steps stalled at `now` (their run's state aside: callers that need it add it)."""
+    return (
+        Q(state__in=StepRun.DUE, waits_for_person=False)
+        & ~Q(stall_seconds=0)
+        & Q(LessThan(_stalls_at(), Value(now, output_field=DateTimeField())))
+    )
+
+
+def steps(now: datetime.datetime) -> QuerySet[StepRun]:
+    """The steps of running runs that are stalled at `now`."""
+    return StepRun.objects.filter(where(now), run__state=Run.State.RUNNING)
+
+
+def of_runs(now: datetime.datetime) -> Exists:
+    """For a run (as OuterRef), whether one of its steps is stalled at `now`."""
+    return Exists(StepRun.objects.filter(where(now), run=OuterRef("pk")))
+
+
+def annotate(runs: QuerySet[Run], now: datetime.datetime) -> QuerySet[Run]:
+    """`runs` with `stalled_step` (the name of its first stalled step, or None),
+    `stalled_since` (when that step last made progress) and `stalled_normal` (its bound)."""
+    found = (
+        StepRun.objects.filter(where(now), run=OuterRef("pk"))
+        .annotate(since=_since(), normal=Coalesce("stall_seconds", registry.DEFAULT_STALL_SECONDS))
+        .order_by("position")
+    )
+    return runs.annotate(
+        stalled_step=Subquery(found.values("name")[:1]),
+        stalled_since=Subquery(found.values("since")[:1]),
+        stalled_normal=Subquery(found.values("normal")[:1]),
+    )
+
+
+def by_type(now: datetime.datetime) -> dict[str, int]:
+    """How many steps of running runs are stalled at `now`, by step type (one query)."""
+    rows = steps(now).order_by().values("type").annotate(n=Count("pk"))
+    return {row["type"]: int(row["n"]) for row in rows}
+
+
+def span(seconds: float) -> str:
+    """A bound as the Event, the CLI and the pages say it: 45 s, 15 min, 1 h 30 min."""
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min"
+    hours, minutes = divmod(whole // 60, 60)
+    return f"{hours} h {minutes:02d} min" if minutes else f"{hours} h"
+
+
+def describe(step: StepRun, now: datetime.datetime) -> dict[str, Any] | None:
+    """What `workflows why` and the API say of a stalled `step`; None when it is not."""
+    if step.state not in StepRun.DUE or step.waits_for_person:
+        return None
+    normal = registry.DEFAULT_STALL_SECONDS if step.stall_seconds is None else step.stall_seconds
+    since = step.progress_at or step.started_at or step.due_at
+    if not normal or since is None:
+        return None
+    quiet = (now - since).total_seconds()
+    if quiet <= normal:
+        return None
+    return {
+        "since": since.isoformat(timespec="seconds"),
+        "for": span(quiet),
+        "normal": span(normal),
+        # Each step type says what it waits for in its message ("Job ns/x: 1 active").
+        "waitsFor": step.message,
+    }
+
+
+def message(step: StepRun, run: Run) -> str:
+    """The Event's text: deterministic (no times), so a repeat bumps the same Event."""
+    normal = registry.DEFAULT_STALL_SECONDS if step.stall_seconds is None else step.stall_seconds
+    moment = f" {run.moment}" if run.moment else ""
+    waits = step.message or "it reports nothing"
+    return (
+        f"workflow {run.template_name} for {run.hook}{moment}: step {step.name} ({step.type})"
+        f" has made no progress for longer than its normal {span(normal)}: {waits}"
+    )
+
+
+def notice(now: datetime.datetime, limit: int = NOTICE_LIMIT) -> int:
+    """Announce each stall not announced yet (a Warning Event on its Cluster, after the
+    commit); the number announced. A stall is new when its step made progress since the
+    last one was announced: one write per stall, none per pass while it lasts."""
+    new = Q(stall_noticed_at__isnull=True) | Q(stall_noticed_at__lt=_since())
+    with transaction.atomic():
+        found = list(
+            steps(now)
+            .filter(new)
+            .select_related("run")
+            .select_for_update(skip_locked=True, of=("self",))
+            .order_by("pk")[:limit]
+        )
+        if not found:
+            return 0
+        StepRun.objects.filter(pk__in=[s.pk for s in found]).update(stall_noticed_at=now)
+        for step in found:
+            dispatch.cluster_event(step.run_id, STALLED, message(step, step.run))
+    for step in found:
+        logger.warning(
+            "step stalled",
+            extra={
+                "action": "step_stalled",
+                "run": step.run_id,
+                "step": step.name,
+                "type": step.type,
+                "cluster": f"{step.run.cluster_namespace}/{step.run.cluster_name}",
+            },
+        )
+    return len(found)
