@@ -3,10 +3,10 @@
 The counters and histograms come from the multiprocess directory (hooksvc/multiproc.py),
 so whichever gunicorn worker answers the scrape reports them all. The fleet's gauges are
 computed here, at scrape time: runs by template and honest state and the age of the
-oldest run holding a lifecycle (one GROUP BY), break-glass bypasses in force by hook, and
-the depth of the Celery queue in Redis. With HOOKSVC_METRICS_TOKEN set, the scrape must
-carry `Authorization: Bearer <token>`. With HOOKSVC_ADMIN_PORT set, only the admin port
-serves it (hooksvc/serving/middleware.py).
+oldest run holding a lifecycle (one GROUP BY), stalled steps by type, break-glass bypasses
+in force by hook, and the depth of the Celery queue in Redis. With HOOKSVC_METRICS_TOKEN
+set, the scrape must carry `Authorization: Bearer <token>`. With HOOKSVC_ADMIN_PORT set,
+only the admin port serves it (hooksvc/serving/middleware.py).
 """
 
 from __future__ import annotations
@@ -122,6 +122,34 @@ class RunsCollector(Collector):
         yield waiting
 
 
+class StallsCollector(Collector):
+    """hooksvc_steps_stalled{type}: due steps of running runs that made no progress for
+    longer than their type's normal bound (workflows.engine.stalls; docs/stalls.md), by step
+    type, zeros for every type with a due step."""
+
+    def collect(self) -> Iterator[Metric]:
+        from workflows.engine import clock, stalls
+
+        try:
+            counts = stalls.by_type(clock.now())
+        except Exception:
+            logger.warning(
+                "metrics: stalls not counted",
+                extra={"action": "metrics_stalls_failed"},
+                exc_info=True,
+            )
+            return
+        family = GaugeMetricFamily(
+            "hooksvc_steps_stalled",
+            "Due steps of running runs with no progress for longer than their type's normal"
+            " bound, by step type.",
+            labels=["type"],
+        )
+        for step_type in sorted(counts):
+            family.add_metric([step_type], counts[step_type])
+        yield family
+
+
 class BypassesCollector(Collector):
     """hooksvc_bypasses_active{hook}: break-glass bypasses in force, every hook (zeros too)."""
 
@@ -204,5 +232,6 @@ def metrics(request: HttpRequest) -> HttpResponse:
     MultiProcessCollector(registry, path=str(multiproc.directory()))  # type: ignore[no-untyped-call]
     registry.register(RunsCollector())
     registry.register(BypassesCollector())
+    registry.register(StallsCollector())
     registry.register(QueueCollector(settings.CELERY_BROKER_URL))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -167,9 +167,14 @@ def test_the_schema_check_refuses_a_broken_rule(change: Any) -> None:
 def test_fleet_gauges_are_taken_once_over_replicas_with_max_never_summed() -> None:
     """Every web replica reports the same fleet (read from PostgreSQL and Redis at scrape
     time): an expression must take max (or min) of the replicas before anything else."""
-    collectors = (scrape.RunsCollector(), scrape.BypassesCollector())
+    collectors = (scrape.RunsCollector(), scrape.BypassesCollector(), scrape.StallsCollector())
     fleet = {"hooksvc_celery_queue_depth"} | {f.name for c in collectors for f in c.collect()}
-    assert {"hooksvc_runs", "hooksvc_run_blocked_seconds", "hooksvc_bypasses_active"} <= fleet
+    assert {
+        "hooksvc_runs",
+        "hooksvc_run_blocked_seconds",
+        "hooksvc_bypasses_active",
+        "hooksvc_steps_stalled",
+    } <= fleet
     for where, expr in all_queries():
         for name, index in promql.selectors(expr):
             if name in fleet:

@@ -36,6 +36,23 @@ WayOut = shapes._shape(
         "command": serializers.CharField(help_text="the CLI's command; POST runs/{run}/{action}/"),
     },
 )
+Stalled = shapes._shape(
+    "Stalled",
+    {
+        "since": serializers.DateTimeField(help_text="when the step last made progress"),
+        "for": serializers.CharField(help_text="how long it has made none: 25 min"),
+        "normal": serializers.CharField(help_text="its type's normal bound: 15 min"),
+        "waitsFor": _text(),
+    },
+)
+StalledStep = shapes._shape(
+    "StalledStep",
+    {
+        "name": serializers.CharField(),
+        "type": serializers.CharField(),
+        **Stalled._declared_fields,  # type: ignore[attr-defined]
+    },
+)
 WhyRun = shapes._shape(
     "WhyRun",
     {
@@ -49,11 +66,17 @@ WhyRun = shapes._shape(
                 "type": serializers.CharField(),
                 "state": serializers.ChoiceField(choices=shapes.STEP_STATES),
                 "since": serializers.DateTimeField(allow_null=True),
+                "stalled": Stalled(
+                    allow_null=True,
+                    help_text="no progress for longer than its type says is normal"
+                    " (docs/stalls.md)",
+                ),
             },
         )(allow_null=True),
         "why": _text(),
         "message": _text(),
         "deadlineAt": serializers.DateTimeField(allow_null=True),
+        "stalledSteps": StalledStep(many=True, help_text="each of its steps that is stalled"),
         "waysOut": WayOut(many=True),
     },
 )

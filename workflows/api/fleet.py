@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from workflows.api import auth, inputs, paging, runs, shapes
+from workflows.engine import stalls
 from workflows.models import Run
 from workflows.operators import fleet, holding, selectors
 
@@ -27,6 +28,18 @@ HeldRun = shapes._shape(
         **shapes.RunSummary._declared_fields,  # type: ignore[attr-defined]
         "heldSince": serializers.DateTimeField(help_text="when the run began to hold"),
         "heldFor": serializers.CharField(help_text="as every page shows it: 12 min, since ..."),
+        "stalled": shapes._shape(
+            "FleetStall",
+            {
+                "step": serializers.CharField(),
+                "since": serializers.DateTimeField(help_text="when it last made progress"),
+                "for": serializers.CharField(help_text="how long it has made none: 25 min"),
+                "normal": serializers.CharField(help_text="its type's normal bound: 15 min"),
+            },
+        )(
+            allow_null=True,
+            help_text="its step that made no progress for longer than is normal (docs/stalls.md)",
+        ),
     },
 )
 HeldCluster = shapes._shape(
@@ -50,6 +63,7 @@ FleetCounts = shapes._shape(
         name: serializers.IntegerField()
         for name in (
             "held",
+            "stalled",
             "rows_held",
             "rows_background",
             *(f"held_{s}" for s in fleet.HOLDING_STATES),
@@ -77,6 +91,7 @@ def _held_run(run: Run, now: datetime.datetime) -> dict[str, Any]:
         **selectors.run_summary(run),
         "heldSince": since.isoformat(timespec="seconds"),
         "heldFor": held.describe(now) if held else "",
+        "stalled": stalls.of_annotated(run, now),
     }
 
 
@@ -152,7 +167,8 @@ class FleetCountsView(generics.GenericAPIView):  # type: ignore[type-arg]
         responses={200: FleetCounts, **runs.errors(400, 401, 403, 429)},
     )
     def get(self, request: Request) -> Response:
-        """The fleet page's figures: `held` clusters, `held_<state>` and `hook_<hook>` (the
+        """The fleet page's figures: `held` clusters, `stalled` (the clusters held by a run
+        with a stalled step), `held_<state>` and `hook_<hook>` (the
         clusters held by such a run), `background_<state>` (runs that hold nothing), and the
         rows of each view with every filter (`rows_held`, `rows_background`)."""
         try:

@@ -120,9 +120,29 @@ def annotate(runs: QuerySet[Run], now: datetime.datetime) -> QuerySet[Run]:
     )
 
 
+def of_annotated(run: Run, now: datetime.datetime) -> dict[str, Any] | None:
+    """What a run from `annotate` says of its stalled step; None when none is stalled."""
+    name = getattr(run, "stalled_step", None)
+    since = getattr(run, "stalled_since", None)
+    if not name or since is None:
+        return None
+    return {
+        "step": name,
+        "since": since.isoformat(timespec="seconds"),
+        "for": span((now - since).total_seconds()),
+        "normal": span(getattr(run, "stalled_normal", None) or 0),
+    }
+
+
 def by_type(now: datetime.datetime) -> dict[str, int]:
-    """How many steps of running runs are stalled at `now`, by step type (one query)."""
-    rows = steps(now).order_by().values("type").annotate(n=Count("pk"))
+    """How many steps of running runs are stalled at `now`, by step type: every type with a
+    due step, zeros included, so that a gauge's series does not vanish (one query)."""
+    rows = (
+        StepRun.objects.filter(state__in=StepRun.DUE, run__state=Run.State.RUNNING)
+        .order_by()
+        .values("type")
+        .annotate(n=Count("pk", filter=where(now)))
+    )
     return {row["type"]: int(row["n"]) for row in rows}
 
 

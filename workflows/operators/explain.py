@@ -1,12 +1,13 @@
 """What holds a cluster, and the ways out: `workflows why` prints it, the REST API answers it.
 
 For each run of the cluster that holds it (workflows.operators.holding), grouped by hook and
-moment: the run, how long it has held and since when, the step it is at and why (a step
-that is retrying: its last error and attempt count), the last time CAPI asked, and the
-exact commands that move it on (each runs as printed once `<why>` is replaced;
-workflows/engine/messages.py writes them); a run waiting to start behind a failed workflow
-(waitFor) names that workflow's run and the commands that retry or release it. Unfinished
-runs that hold nothing are listed apart, each with why. A deletion held by
+moment: the run, how long it has held and since when, the step it is at and why (a step that
+is retrying: its last error and attempt count; a step that is stalled,
+workflows.engine.stalls: for how long, its normal bound, and what it waits for), the last
+time CAPI asked, and the exact commands that move it on (each runs as printed once `<why>`
+is replaced; workflows/engine/messages.py writes them); a run waiting to start behind a
+failed workflow (waitFor) names that workflow's run and the commands that retry or release
+it. Unfinished runs that hold nothing are listed apart, each with why. A deletion held by
 BeforeClusterDelete has one more way out, in CAPI itself: the Cluster's
 `runtime.cluster.x-k8s.io/ok-to-delete` annotation (`OK_TO_DELETE`). A bypass in force for a
 hook and the cluster is named with its group: while it lasts, the hook's calls answer
@@ -19,7 +20,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from workflows.engine import clock, messages
+from workflows.engine import clock, messages, stalls
 from workflows.hookpath import bypass as hook_bypass
 from workflows.models import HookCall, KnownCluster, Run, StepRun
 from workflows.operators import access, bypasses, holding, selectors, states
@@ -146,6 +147,7 @@ def _run(run: Run, now: datetime.datetime, actor: access.Actor) -> dict[str, Any
     steps = sorted(run.steps.all(), key=lambda s: s.position)
     current = next((s for s in steps if s.name == getattr(run, "step_name", None)), None)
     why = selectors.why(run)
+    stalled = [(step, stalls.describe(step, now)) for step in steps]
     return {
         "run": selectors.run_summary(run),
         "heldSince": _time(held.since) if held else None,
@@ -155,12 +157,17 @@ def _run(run: Run, now: datetime.datetime, actor: access.Actor) -> dict[str, Any
             "type": current.type,
             "state": current.state,
             "since": _time(current.finished_at or current.started_at),
+            "stalled": stalls.describe(current, now),
         }
         if current is not None
         else None,
         "why": why,
         "message": run.message if run.message and run.message != why else "",
         "deadlineAt": _time(run.deadline_at),
+        # Every step that made no progress for longer than is normal (parallel steps too).
+        "stalledSteps": [
+            {"name": step.name, "type": step.type, **found} for step, found in stalled if found
+        ],
         "waysOut": _ways_out(run, state, steps, actor),
     }
 

@@ -22,6 +22,7 @@ from typing import Any
 from django.db.models import Count, Min, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
+from workflows.engine import stalls
 from workflows.hookpath import labelselector
 from workflows.models import Run
 from workflows.operators import access, holding, selectors, states
@@ -145,7 +146,9 @@ def held_clusters(
     )
     keys = [row["cluster_key"] for row in page]
     runs: dict[str, list[Run]] = {key: [] for key in keys}
-    found = selectors.with_current_step(states.annotate(held.filter(cluster_key__in=keys)))
+    found = stalls.annotate(
+        selectors.with_current_step(states.annotate(held.filter(cluster_key__in=keys))), now
+    )
     for run in found.order_by("created_at", "pk"):
         runs[run.cluster_key].append(run)
     return [
@@ -170,7 +173,9 @@ def background_page(
 ) -> list[Run]:
     """A page of the runs that hold nothing that the filters find, newest first: one query."""
     runs = filters.apply(background_runs(now, actor=actor)).filter(filters.state_q())
-    found = selectors.with_current_step(states.annotate(runs)).order_by("-created_at", "-pk")
+    found = stalls.annotate(selectors.with_current_step(states.annotate(runs)), now).order_by(
+        "-created_at", "-pk"
+    )
     return list(found[offset : offset + limit])
 
 
@@ -190,7 +195,8 @@ def counts(filters: FleetFilter, *, actor: access.Actor, now: datetime.datetime)
     """The fleet's figures in one query, every filter but the state applied (so that each
     figure can be clicked), and the rows of each view with every filter:
 
-    `held`: clusters held; `held_<state>`: clusters held by a run in that display state;
+    `held`: clusters held; `stalled`: clusters held by a run with a stalled step
+    (workflows.engine.stalls); `held_<state>`: clusters held by a run in that display state;
     `hook_<hook>`: clusters held by a run of that hook; `background_<state>`: runs that hold
     nothing, by display state; `rows_held` (clusters) and `rows_background` (runs): what
     each view lists.
@@ -205,6 +211,7 @@ def counts(filters: FleetFilter, *, actor: access.Actor, now: datetime.datetime)
 
     figures: dict[str, Any] = {
         "held": clusters(holds),
+        "stalled": clusters(holds & Q(stalls.of_runs(now))),
         "rows_held": clusters(holds & wanted),
         "rows_background": Count("pk", filter=apart & wanted),
         # Aliases of their own: "released" is also a field of Run.

@@ -1,15 +1,17 @@
 """The fleet view, the admin's landing page: the clusters held, held longest first.
 
 On top, how many clusters are held and by what (a run waiting for approval, running,
-pending, failed or cancelled; which hook), each a filter, and beside them the runs that hold
-nothing (a hook CAPI does not wait for, released, ...), counted by state and listed on a view
-of their own. A cluster's row names every run that holds it, each with its state, step, why,
-how long it has held and since when (workflows.operators.holding), and a box to tick for a
-bulk action (`bulk`), on the runs ticked or on everything the filter finds. The rows of a
-page are two queries whatever the fleet's size (workflows.operators.fleet.held_clusters);
-the counts and the filter menus are one query each. Rows, counts, menus and the bypass
-banner cover only the namespaces the person may view, and the bulk actions offered are those
-their roles allow somewhere (workflows.operators.access).
+pending, failed or cancelled; which hook), each a filter, and how many of them by a run
+whose step is stalled (workflows.engine.stalls: it is marked on its line), and beside them
+the runs that hold nothing (a hook CAPI does not wait for, released, ...), counted by state
+and listed on a view of their own. A cluster's row names every run that holds it, each with
+its state, step, why, how long it has held and since when (workflows.operators.holding), and
+a box to tick for a bulk action (`bulk`), on the runs ticked or on everything the filter
+finds. The rows of a page are two queries whatever the fleet's size
+(workflows.operators.fleet.held_clusters); the counts and the filter menus are one query
+each. Rows, counts, menus and the bypass banner cover only the namespaces the person may
+view, and the bulk actions offered are those their roles allow somewhere
+(workflows.operators.access).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from hooksvc.contract import catalog
-from workflows.engine import messages
+from workflows.engine import messages, stalls
 from workflows.models import Run, StepRun
 from workflows.operators import access, bypasses, fleet, holding, selectors, states
 from workflows.operators import bulk as bulk_actions
@@ -59,6 +61,9 @@ class RunLine:
     holds_nothing: str
     deadline: str
     deadline_passed: bool
+    #: Its step that made no progress for longer than is normal, and for how long
+    #: (workflows.engine.stalls); "" when none is stalled.
+    stalled: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +121,17 @@ def run_line(run: Run, now: datetime.datetime) -> RunLine:
         holds_nothing="" if holds else holding.never_holds(run) or (held.ended_by if held else ""),
         deadline=deadline,
         deadline_passed=passed,
+        stalled=_stalled(run, now),
+    )
+
+
+def _stalled(run: Run, now: datetime.datetime) -> str:
+    found = stalls.of_annotated(run, now)
+    if found is None:
+        return ""
+    return (
+        f"step {found['step']} stalled: no progress for {found['for']}"
+        f" (normal: up to {found['normal']})"
     )
 
 
@@ -153,6 +169,7 @@ def _tiles(filters: fleet.FleetFilter, counts: dict[str, int]) -> dict[str, Any]
     apart_view = {"view": fleet.BACKGROUND, "page": ""}
     return {
         "held": (counts.get("held", 0), _link(filters, state="", **held_view)),
+        "stalled": counts.get("stalled", 0),
         "held_by": [
             (
                 s,

@@ -104,6 +104,8 @@ def _run(found: dict[str, Any]) -> list[str]:
         since = f" since {step['since']}" if step["since"] else ""
         out.append(f"  at step {step['name']} ({step['type']}, {step['state']}){since}")
     out.append(f"  why: {found['why']}")
+    for stalled in found["stalledSteps"]:
+        out += _stalled(stalled)
     if found["message"]:
         out.append(f"  message: {found['message']}")
     if found["deadlineAt"]:
@@ -114,6 +116,16 @@ def _run(found: dict[str, Any]) -> list[str]:
         width = 13 if len(way["label"]) < 12 else 28
         out.append(f"    {(way['label'] + ':').ljust(width)}{way['command']}")
     return out
+
+
+def _stalled(stalled: dict[str, Any]) -> list[str]:
+    """A step that made no progress for longer than is normal, and what it waits for."""
+    waits = stalled["waitsFor"] or "(it says nothing)"
+    return [
+        f"  stalled: step {stalled['name']} ({stalled['type']}) has made no progress for "
+        f"{stalled['for']} (normal: up to {stalled['normal']}), since {stalled['since']}",
+        f"    it waits for: {waits}",
+    ]
 
 
 def _apart(runs: list[dict[str, Any]]) -> list[str]:
