@@ -110,6 +110,36 @@ def id_of(obj: Obj) -> str:
     return f"{obj['kind']}/{obj['metadata']['name']}"
 
 
+#: What every rendering runs, each named <release>-<component> (the chart's migration Job
+#: carries its revision too: hooksvc-migrate-1).
+COMPONENTS = frozenset({"beat", "watcher", "web", "worker", "migrate"})
+
+
+def component(workload: Obj) -> str:
+    """The hooksvc component a workload runs (its name without release and revision)."""
+    name: str = workload["metadata"]["name"]
+    parts = name.split("-")
+    if parts[-1].isdigit():
+        parts = parts[:-1]
+    return parts[-1]
+
+
+def every_workload(renderings: Mapping[str, list[Obj]]) -> list[tuple[str, Obj]]:
+    """Every workload of every rendering, as (rendering, workload), once each rendering is
+    checked to run hooksvc's COMPONENTS with a container each: a test that asserts in a loop
+    over them then asserts about something (an empty rendering would pass it silently)."""
+    assert renderings, "no rendering to check"
+    found = []
+    for name, objects in renderings.items():
+        made = list(workloads(objects))
+        ours = sorted(component(w) for w in made if is_hooksvc(w))
+        assert ours == sorted(COMPONENTS), f"{name}: hooksvc's workloads are {ours}"
+        for workload in made:
+            assert list(containers(workload)), f"{name}: {id_of(workload)} has no container"
+            found.append((name, workload))
+    return found
+
+
 class PodWouldNotStartError(Exception):
     """The kubelet's refusal: a reference that is not optional names no object or key."""
 

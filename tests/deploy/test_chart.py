@@ -400,11 +400,12 @@ def test_every_value_set_sets_only_variables_hooksvc_reads(
     # of them, the agreed names stand in, and once it reads one it must read them all.
     if not IDENTITY_ENV & known:
         known |= IDENTITY_ENV
-    for name, objects in every_rendering.items():
-        for workload in filter(manifests.is_hooksvc, manifests.workloads(objects)):
-            for container in manifests.containers(workload):
-                unknown = set(_env(container)) - known
-                assert not unknown, f"{name}: {manifests.id_of(workload)} sets {unknown}"
+    for name, workload in manifests.every_workload(every_rendering):
+        if not manifests.is_hooksvc(workload):
+            continue
+        for container in manifests.containers(workload):
+            unknown = set(_env(container)) - known
+            assert not unknown, f"{name}: {manifests.id_of(workload)} sets {unknown}"
 
 
 def test_the_operators_own_tls_rbac_and_labels_are_used() -> None:
@@ -466,7 +467,7 @@ def test_every_reference_between_objects_resolves(name: str) -> None:
     ids = {(o["kind"], o["metadata"]["name"]) for o in objects}
     pods = [w["spec"]["template"]["metadata"]["labels"] for w in manifests.workloads(objects)]
     accounts = {n for k, n in ids if k == "ServiceAccount"}
-    for workload in manifests.workloads(objects):
+    for _, workload in manifests.every_workload({name: objects}):
         assert manifests.pod_spec(workload)["serviceAccountName"] in accounts
     for binding in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
         assert (binding["roleRef"]["kind"], binding["roleRef"]["name"]) in ids

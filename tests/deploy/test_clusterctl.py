@@ -243,7 +243,9 @@ def test_every_object_carries_the_provider_label() -> None:
     """ "The components YAML components should be labeled with cluster.x-k8s.io/provider"
     (contract doc, "Labels"), the value clusterctl itself sets (api/v1alpha3/labels.go,
     ManifestLabel: runtime-extension-<name>); and none of Helm's."""
-    for obj in _installed():
+    installed = _installed()
+    assert {manifests.component(w) for w in manifests.workloads(installed)} == manifests.COMPONENTS
+    for obj in installed:
         labels = obj["metadata"]["labels"]
         assert labels[PROVIDER_LABEL[0]] == PROVIDER_LABEL[1], manifests.id_of(obj)
         assert not chart.HELM_LABELS & set(labels), manifests.id_of(obj)

@@ -89,18 +89,19 @@ def test_compose_serves_https_with_the_certs_volume_on_the_tls_dir() -> None:
 def test_kubernetes_gives_hooksvc_only_variables_the_code_reads_and_all_it_needs(
     rendered: dict[str, list[manifests.Obj]],
 ) -> None:
-    for target, objects in rendered.items():
-        for workload in filter(manifests.is_hooksvc, manifests.workloads(objects)):
-            for container in manifests.containers(workload):
-                at = f"{target}: {manifests.id_of(workload)} container {container['name']}"
-                env = {e["name"]: e for e in container["env"]}
-                unknown = set(env) - set(settings.ENVIRONMENT)
-                assert not unknown, f"{at}: {unknown} are not in hooksvc.settings.ENVIRONMENT"
-                assert set(env) >= REQUIRED, at
-                assert env["HOOKSVC_ENV"]["value"] == "production", at
-                for name in SECRET | {"CELERY_BROKER_URL"}:
-                    ref = env[name]["valueFrom"]["secretKeyRef"]
-                    assert ref == {"name": "hooksvc-env", "key": name}, at
+    for target, workload in manifests.every_workload(rendered):
+        if not manifests.is_hooksvc(workload):
+            continue
+        for container in manifests.containers(workload):
+            at = f"{target}: {manifests.id_of(workload)} container {container['name']}"
+            env = {e["name"]: e for e in container["env"]}
+            unknown = set(env) - set(settings.ENVIRONMENT)
+            assert not unknown, f"{at}: {unknown} are not in hooksvc.settings.ENVIRONMENT"
+            assert set(env) >= REQUIRED, at
+            assert env["HOOKSVC_ENV"]["value"] == "production", at
+            for name in SECRET | {"CELERY_BROKER_URL"}:
+                ref = env[name]["valueFrom"]["secretKeyRef"]
+                assert ref == {"name": "hooksvc-env", "key": name}, at
 
 
 def test_every_hooksvc_container_runs_a_command_the_entrypoint_knows(

@@ -71,64 +71,61 @@ def wildcards(rules: list[dict[str, Any]]) -> list[str]:
 def test_every_pod_and_container_runs_restricted(
     every_rendering: dict[str, list[manifests.Obj]],
 ) -> None:
-    for name, objects in every_rendering.items():
-        for workload in manifests.workloads(objects):
-            where = f"{name}: {manifests.id_of(workload)}"
-            pod = manifests.pod_spec(workload)["securityContext"]
-            assert pod["runAsNonRoot"] is True, where
-            assert pod["runAsUser"] > 0, where
-            assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, where
-            for container in manifests.containers(workload):
-                ctx = container["securityContext"]
-                at = f"{where} container {container['name']}"
-                assert ctx["runAsNonRoot"] is True, at
-                assert ctx["readOnlyRootFilesystem"] is True, at
-                assert ctx["allowPrivilegeEscalation"] is False, at
-                assert ctx["capabilities"] == {"drop": ["ALL"]}, at
-                assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}, at
-                assert not ctx.get("privileged"), at
+    for name, workload in manifests.every_workload(every_rendering):
+        where = f"{name}: {manifests.id_of(workload)}"
+        pod = manifests.pod_spec(workload)["securityContext"]
+        assert pod["runAsNonRoot"] is True, where
+        assert pod["runAsUser"] > 0, where
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        for container in manifests.containers(workload):
+            ctx = container["securityContext"]
+            at = f"{where} container {container['name']}"
+            assert ctx["runAsNonRoot"] is True, at
+            assert ctx["readOnlyRootFilesystem"] is True, at
+            assert ctx["allowPrivilegeEscalation"] is False, at
+            assert ctx["capabilities"] == {"drop": ["ALL"]}, at
+            assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}, at
+            assert not ctx.get("privileged"), at
 
 
 def test_every_container_has_cpu_and_memory_requests_and_limits(
     every_rendering: dict[str, list[manifests.Obj]],
 ) -> None:
-    for name, objects in every_rendering.items():
-        for workload in manifests.workloads(objects):
-            for container in manifests.containers(workload):
-                at = f"{name}: {manifests.id_of(workload)} container {container['name']}"
-                resources = container["resources"]
-                assert set(resources["requests"]) == {"cpu", "memory"}, at
-                assert set(resources["limits"]) == {"cpu", "memory"}, at
+    for name, workload in manifests.every_workload(every_rendering):
+        for container in manifests.containers(workload):
+            at = f"{name}: {manifests.id_of(workload)} container {container['name']}"
+            resources = container["resources"]
+            assert set(resources["requests"]) == {"cpu", "memory"}, at
+            assert set(resources["limits"]) == {"cpu", "memory"}, at
 
 
 def test_hooksvc_containers_write_only_to_an_emptydir_tmp(
     every_rendering: dict[str, list[manifests.Obj]],
 ) -> None:
-    for name, objects in every_rendering.items():
-        for workload in filter(manifests.is_hooksvc, manifests.workloads(objects)):
-            volumes = {v["name"]: v for v in manifests.pod_spec(workload)["volumes"]}
-            for container in manifests.containers(workload):
-                at = f"{name}: {manifests.id_of(workload)} container {container['name']}"
-                mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-                assert "emptyDir" in volumes[mounts[TMP]], at
-                for path, volume in mounts.items():
-                    assert path == TMP or "emptyDir" not in volumes[volume], at
+    for name, workload in manifests.every_workload(every_rendering):
+        if not manifests.is_hooksvc(workload):
+            continue
+        volumes = {v["name"]: v for v in manifests.pod_spec(workload)["volumes"]}
+        for container in manifests.containers(workload):
+            at = f"{name}: {manifests.id_of(workload)} container {container['name']}"
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            assert "emptyDir" in volumes[mounts[TMP]], at
+            for path, volume in mounts.items():
+                assert path == TMP or "emptyDir" not in volumes[volume], at
 
 
 def test_only_the_worker_and_the_watcher_get_a_service_account_token(
     rendered: dict[str, list[manifests.Obj]],
 ) -> None:
-    for name, objects in rendered.items():
-        for workload in manifests.workloads(objects):
-            spec = manifests.pod_spec(workload)
-            talks_to_kubernetes = workload["metadata"]["name"] in (
-                "hooksvc-worker",
-                "hooksvc-watcher",
-            )
-            at = f"{name}: {manifests.id_of(workload)}"
-            assert spec.get("automountServiceAccountToken", True) is talks_to_kubernetes, at
-            if manifests.is_hooksvc(workload):
-                assert spec["serviceAccountName"] == "hooksvc", at
+    tokens: dict[str, set[str]] = {}
+    for name, workload in manifests.every_workload(rendered):
+        spec = manifests.pod_spec(workload)
+        at = f"{name}: {manifests.id_of(workload)}"
+        if spec.get("automountServiceAccountToken", True):
+            tokens.setdefault(name, set()).add(manifests.component(workload))
+        if manifests.is_hooksvc(workload):
+            assert spec["serviceAccountName"] == "hooksvc", at
+    assert tokens == {name: {"worker", "watcher"} for name in rendered}
 
 
 def test_the_cluster_role_grants_exactly_the_listed_rules(
@@ -183,7 +180,9 @@ def test_no_rule_anywhere_has_a_wildcard(
         "management-steps": _component("management-steps", tmp_path / "management"),
     }
     for name, objects in targets.items():
-        for role in (o for o in objects if o["kind"] in RBAC_KINDS):
+        roles = [o for o in objects if o["kind"] in RBAC_KINDS]
+        assert len(roles) >= 2, f"{name}: its ClusterRole and the watcher's Role at least"
+        for role in roles:
             assert not wildcards(role["rules"]), f"{name}: {manifests.id_of(role)}"
 
 

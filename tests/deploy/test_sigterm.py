@@ -66,9 +66,13 @@ def test_a_pid_1_without_a_handler_ignores_sigterm(tmp_path: Path) -> None:
     sleeper = ["python", "-c", "import time; print('up', flush=True); time.sleep(60)"]
     with as_pid1(sleeper, env, tmp_path / "log") as proc:
         proc.wait_for_line("up")
+        init = Path(f"/proc/{proc.inner()}")
         with pytest.raises(AssertionError, match=r"still running 5\.0 s after SIGTERM"):
             proc.sigterm()
-    assert proc.outer.returncode is not None  # SIGKILL from outside did end it
+        assert init.exists() and proc.outer.poll() is None, "SIGTERM left it running"
+        # SIGKILL from outside does end it (kill() waits for unshare, which waits for it).
+        proc.kill()
+        assert not init.exists(), f"{init} is still there after SIGKILL"
 
 
 def test_web_stops_on_sigterm_and_exits_0(

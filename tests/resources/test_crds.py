@@ -92,7 +92,9 @@ def test_the_check_names_a_stale_crd_and_how_to_regenerate_it(tmp_path: Path) ->
 
 @pytest.mark.parametrize("version", ["1.32", "1.37"])
 def test_each_crd_is_a_valid_customresourcedefinition(version: str) -> None:
-    for text in crds.files().values():
+    files = crds.files()
+    assert len(files) == len(spec.PLURALS) > 0, sorted(files)
+    for text in files.values():
         crd = yaml.safe_load(text)
         kubernetes_validate.validate(crd, version, strict=True)
         (served,) = crd["spec"]["versions"]

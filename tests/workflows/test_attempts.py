@@ -266,6 +266,16 @@ def _in_thread(target: Callable[[], object]) -> tuple[threading.Thread, list[obj
     return thread, out
 
 
+def _blocked_by(pid: int) -> bool:
+    """Whether a backend waits for a lock the backend `pid` holds (pg_blocking_pids)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", [pid]
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_countdown_during_a_batch_poll_leaves_the_step_to_the_batch_which_records_at_once(
@@ -297,7 +307,9 @@ def test_a_countdown_during_a_batch_poll_leaves_the_step_to_the_batch_which_reco
     with row_holder.transaction():
         row_holder.execute("SELECT 1 FROM workflows_steprun WHERE id = %s FOR UPDATE", [step.pk])
         gate.touch()  # the batch's poll ends: the step is done
-        time.sleep(0.5)  # the batch now waits for the row
+        # The batch now waits for the row: PostgreSQL says who waits on whose lock.
+        holder = row_holder.info.backend_pid
+        _wait_for(lambda: _blocked_by(holder), what="the batch waiting for the row")
     batch.join(timeout=10)
 
     assert report == [polls.BatchReport(claimed=1, polled=1, finished=1)]

@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+from django.conf import settings
 from django.core.management import CommandError, call_command
 
+from hooksvc.celery import app as celery_app
 from tests.support import servers
 from tests.support.worker import Worker
 from tests.workflows.runs import make_run
@@ -37,9 +40,35 @@ def _new_lines(path: Path, offset: int) -> list[str]:
     return path.read_bytes()[offset:].decode(errors="replace").splitlines()
 
 
+def _poll_due_sent(client: redis.Redis, within: float) -> bool:
+    """Whether beat sends a poll_due within `within` s, seen in Redis itself: kombu's Redis
+    transport LPUSHes each message onto the queue's list, its headers (the task's name) in
+    plain JSON (celery/kombu kombu/transport/redis.py, `Channel._put`), and MONITOR shows
+    every command the server runs, with its database."""
+    db = client.connection_pool.connection_kwargs.get("db", 0)
+    watcher = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=1.0)
+    deadline = time.monotonic() + within
+    try:
+        with watcher.monitor() as monitor:  # type: ignore[no-untyped-call]
+            while time.monotonic() < deadline:
+                try:
+                    command = monitor.next_command()
+                except redis.TimeoutError:
+                    continue
+                text = str(command["command"])
+                ours = command["db"] == db
+                if ours and text.startswith("LPUSH") and "workflows.poll_due" in text:
+                    return True
+    finally:
+        watcher.close()
+    return False
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_an_idle_worker_and_beat_write_no_lines(tmp_path: Path, no_worker: None) -> None:
+def test_an_idle_worker_and_beat_write_no_lines(
+    tmp_path: Path, no_worker: None, redis_client: redis.Redis
+) -> None:
     worker = Worker(tmp_path / "data", tmp_path / "worker.log")
     worker.start()
     try:
@@ -49,9 +78,16 @@ def test_an_idle_worker_and_beat_write_no_lines(tmp_path: Path, no_worker: None)
         offset = worker.log_path.stat().st_size
         time.sleep(IDLE_SECONDS)
         lines = _new_lines(worker.log_path, offset)
+        # A worker that died writes no lines either: this one must still be alive, and
+        # its beat still ticking, or the silence proves nothing.
+        assert worker.alive, f"the worker died:\n{worker.log()[-3000:]}"
+        replies = celery_app.control.ping(timeout=5) or []
+        ticked = _poll_due_sent(redis_client, within=5)
     finally:
         worker.stop()
     assert lines == [], f"an idle worker and beat wrote {len(lines)} lines: {lines[:6]}"
+    assert len(replies) == 1, f"the worker does not answer a ping: {replies}"
+    assert ticked, "beat sent no poll_due in 5 s: the idle window had nothing to log"
 
 
 @pytest.mark.slow

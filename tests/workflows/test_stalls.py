@@ -202,3 +202,16 @@ def test_a_stall_is_announced_once_and_again_only_after_progress(
     Run.objects.filter(pk=step.run_id).update(state=Run.State.CANCELLED)
     _write(step, message="Job ns/j: 3 active")
     assert stalls.notice(later + datetime.timedelta(hours=1)) == 0, "a run that is not running"
+
+
+def test_each_built_in_step_type_shows_a_stall_before_its_timeout_fails_it() -> None:
+    """Invariant 10: no step holds a cluster without a bound, and a stall shows first."""
+    for name in _documented():
+        step_type = registry.get(name)
+        if step_type.waits_for_person:
+            # A person ends it, shown as waiting for approval; its run's deadline bounds it.
+            assert step_type.normal_seconds({}) == 0, name
+        elif not step_type.inline:  # an inline type returns at once; `wait`'s timer ends
+            timeout = step_type.default_timeout_seconds
+            assert timeout > 0, f"{name} has no default bound"
+            assert 0 < step_type.normal_seconds({}) < timeout, name
