@@ -22,6 +22,7 @@ from django.db.models import F
 from tests.support import capi
 from tests.support import workflows as wf
 from tests.workflows.runs import make_run
+from workflows.definitions import fields, spec
 from workflows.engine import dispatch, scheduling, stalls
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, StepRun
@@ -163,13 +164,24 @@ def test_a_runs_steps_get_their_types_bound_when_it_starts(sent: list[Any]) -> N
             {"name": "hold", "type": "wait", "with": {"seconds": 60}},
             {"name": "ask", "type": "approval", "dependsOn": ["hold"]},
             {"name": "job", "type": "stuck_poll", "with": {"normalSeconds": 7}},
+            {"name": "long", "type": "noop", "stallSeconds": 7200},
+            {"name": "quiet", "type": "noop", "stallSeconds": 0},
         ],
     )
     call = wf.call(cluster=capi.cluster_v1beta2(name="c-bounds", uid="uid-c-bounds"))
     [run] = hook_runs.runs_ensure(templates=[template], call=call)
     scheduling.advance(run.pk)
     bounds = dict(StepRun.objects.filter(run=run).values_list("name", "stall_seconds"))
-    assert bounds == {"hold": 60 + 300, "ask": 0, "job": 7}
+    # The template's stallSeconds wins over the type's bound; 0 says "never".
+    assert bounds == {"hold": 60 + 300, "ask": 0, "job": 7, "long": 7200, "quiet": 0}
+
+
+@pytest.mark.parametrize("given", [-1, "600", 1.5, True])
+def test_a_stall_bound_that_is_no_whole_number_of_seconds_is_refused(given: Any) -> None:
+    document = {"hook": "BeforeClusterUpgrade", "steps": [{"name": "a", "type": "noop"}]}
+    document["steps"][0]["stallSeconds"] = given  # type: ignore[index]
+    with pytest.raises(fields.FieldError, match=r"spec\.steps\[0\]\.stallSeconds"):
+        spec.workflow_template(document, "stalls")
 
 
 def test_a_stall_is_announced_once_and_again_only_after_progress(

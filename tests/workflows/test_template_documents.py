@@ -137,7 +137,7 @@ STEPS = documents.template()["spec"]["steps"]
             "spec.steps[0].type: unknown step type 'no_such_step' "
             "(known: addon_install, addon_remove, approval, backup_pvs, conformance, "
             "count_poll, flaky, flaky_poll, hang, http, k8s_job, noop, record, sign_off, "
-            "tracked, tx_probe, wait)",
+            "stuck_poll, tracked, tx_probe, wait)",
         ),
         (
             {"steps": [{"name": "snapshot", "type": "wait"}]},
@@ -180,7 +180,8 @@ STEPS = documents.template()["spec"]["steps"]
         (
             {"steps": [{"name": "n", "type": "noop", "retry": 3}]},
             "spec.steps[0].retry: unknown field "
-            "(known: name, type, with, timeoutSeconds, retries, retryForSeconds, dependsOn)",
+            "(known: name, type, with, timeoutSeconds, retries, retryForSeconds, dependsOn, "
+            "stallSeconds)",
         ),
         (
             {"steps": [{"name": "n", "type": "noop", "retries": 101}]},

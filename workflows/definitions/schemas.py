@@ -235,6 +235,11 @@ def _step(types: Mapping[str, registry.StepType]) -> Schema:
                 default=spec.DEFAULT_RETRY_FOR_SECONDS,
             ),
             "dependsOn": _names("Steps that must succeed (or be skipped) first."),
+            "stallSeconds": _integer(
+                "How long the step may go without progress (what it reports unchanged) before"
+                " it shows as stalled; 0: never (default: its type's normal bound).",
+                minimum=0,
+            ),
         },
         spec.STEP_FIELDS,
     )

@@ -112,7 +112,16 @@ def _selector(value: Any) -> typed.Selector:
     )
 
 
-STEP_FIELDS = ("name", "type", "with", "timeoutSeconds", "retries", "retryForSeconds", "dependsOn")
+STEP_FIELDS = (
+    "name",
+    "type",
+    "with",
+    "timeoutSeconds",
+    "retries",
+    "retryForSeconds",
+    "dependsOn",
+    "stallSeconds",
+)
 
 
 def _step(value: Any, where: str, hook: str) -> typed.Step:
@@ -149,6 +158,8 @@ def _step(value: Any, where: str, hook: str) -> typed.Step:
         # Unset fields take the typed template's defaults.
         **budget,
         depends_on=tuple(fields.names(raw.get("dependsOn"), f"{where}.dependsOn")),
+        # 0: never stalled, said explicitly (unset: its type's normal bound).
+        stall_seconds=fields.integer(raw.get("stallSeconds"), f"{where}.stallSeconds", minimum=0),
     )
 
 

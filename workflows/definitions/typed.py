@@ -73,6 +73,8 @@ class Step:
     retries: int = DEFAULT_RETRIES
     retry_for_seconds: int = DEFAULT_RETRY_FOR_SECONDS
     depends_on: tuple[str, ...] = ()
+    #: None: the step type's normal bound (workflows.engine.stalls); 0: never stalled.
+    stall_seconds: int | None = None
 
     def as_spec(self) -> dict[str, Any]:
         return {
@@ -83,6 +85,9 @@ class Step:
             "retries": self.retries,
             "retryForSeconds": self.retry_for_seconds,
             "dependsOn": list(self.depends_on),
+            # Only when given: a spec stored before the field existed normalizes the same,
+            # so applying it again bumps no template's generation.
+            **({"stallSeconds": self.stall_seconds} if self.stall_seconds is not None else {}),
         }
 
 
@@ -152,6 +157,7 @@ _STEP_SCALARS = {
     "timeoutSeconds": "timeout_seconds",
     "retries": "retries",
     "retryForSeconds": "retry_for_seconds",
+    "stallSeconds": "stall_seconds",
 }
 
 

@@ -322,7 +322,11 @@ def _run_start(run: Run, now: datetime.datetime) -> list[StepRun]:
                 retries=s.retries,
                 retry_for_seconds=s.retry_for_seconds,
                 waits_for_person=registry.waits_for_person(s.type),
-                stall_seconds=stalls.normal_seconds(s.type, s.params),
+                stall_seconds=(
+                    s.stall_seconds
+                    if s.stall_seconds is not None
+                    else stalls.normal_seconds(s.type, s.params)
+                ),
             )
             for i, s in enumerate(spec.steps)
         ],
