@@ -21,7 +21,6 @@ from workflows.engine import (
     attempts,
     calls,
     cleanups,
-    clock,
     dispatch,
     polls,
     reconciler,
@@ -116,8 +115,9 @@ def poll_due() -> None:
 def reconcile() -> None:
     with _events_emitted_here():
         reconciler.reconcile()
-        # Its own pass: a stall is judged by the clock, not by a message or a due time.
-        stalls.notice(clock.now())
+        # Its own pass: a stall is judged by the clock (the database's, which records
+        # progress), not by a message or a due time.
+        stalls.notice()
 
 
 @shared_task(name="workflows.prune_hook_calls")

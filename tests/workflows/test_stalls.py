@@ -115,6 +115,8 @@ def test_a_due_step_past_its_bound_is_stalled(fields: dict[str, Any], stalled: b
     now = _after(step, 120)
 
     assert stalls.steps(now).filter(pk=step.pk).exists() is stalled
+    # The reconciler's pass and the gauge judge on the database's clock (now, ~120 s later).
+    assert stalls.steps().filter(pk=step.pk).exists() is stalled
     assert (stalls.describe(step, now) is not None) is stalled
     assert sum(stalls.by_type(now).values()) == (1 if stalled else 0)
 

@@ -18,8 +18,9 @@ deadline bounds it. Everything below reads the whole fleet in one query: `where`
 stall; `describe` is what `workflows why` and the API say of one step.
 
 Times: `progress_at` is on the database's clock (the trigger's statement_timestamp()), as
-worker heartbeats are; `now` is the reader's clock.now(). Hosts agree to well under the
-minutes these bounds are.
+worker heartbeats are, and so are the reconciler's pass and the gauge (`now` None: SQL's
+now()); a page or `workflows why` passes its own now. Hosts agree to well under the minutes
+these bounds are.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from django.db.models import (
     Value,
 )
 from django.db.models.expressions import CombinedExpression
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Now
 from django.db.models.lookups import LessThan
 
 from workflows.engine import dispatch
@@ -86,17 +87,23 @@ def _stalls_at() -> ExpressionWrapper[CombinedExpression]:
     return ExpressionWrapper(_since() + _Seconds(bound), output_field=DateTimeField())
 
 
-def where(now: datetime.datetime) -> Q:
-    """Steps stalled at `now` (their run's state aside: callers that need it add it)."""
+def _at(now: datetime.datetime | None) -> Value | Now:
+    # None: the database's own clock, the one progress_at is written on.
+    return Now() if now is None else Value(now, output_field=DateTimeField())
+
+
+def where(now: datetime.datetime | None = None) -> Q:
+    """Steps stalled at `now` (None: the database's now), their run's state aside: callers
+    that need it add it."""
     return (
         Q(state__in=StepRun.DUE, waits_for_person=False)
         & ~Q(stall_seconds=0)
-        & Q(LessThan(_stalls_at(), Value(now, output_field=DateTimeField())))
+        & Q(LessThan(_stalls_at(), _at(now)))
     )
 
 
-def steps(now: datetime.datetime) -> QuerySet[StepRun]:
-    """The steps of running runs that are stalled at `now`."""
+def steps(now: datetime.datetime | None = None) -> QuerySet[StepRun]:
+    """The steps of running runs that are stalled at `now` (None: the database's now)."""
     return StepRun.objects.filter(where(now), run__state=Run.State.RUNNING)
 
 
@@ -134,7 +141,7 @@ def of_annotated(run: Run, now: datetime.datetime) -> dict[str, Any] | None:
     }
 
 
-def by_type(now: datetime.datetime) -> dict[str, int]:
+def by_type(now: datetime.datetime | None = None) -> dict[str, int]:
     """How many steps of running runs are stalled at `now`, by step type: every type with a
     due step, zeros included, so that a gauge's series does not vanish (one query)."""
     rows = (
@@ -188,10 +195,11 @@ def message(step: StepRun, run: Run) -> str:
     )
 
 
-def notice(now: datetime.datetime, limit: int = NOTICE_LIMIT) -> int:
+def notice(now: datetime.datetime | None = None, limit: int = NOTICE_LIMIT) -> int:
     """Announce each stall not announced yet (a Warning Event on its Cluster, after the
     commit); the number announced. A stall is new when its step made progress since the
-    last one was announced: one write per stall, none per pass while it lasts."""
+    last one was announced: one write per stall, none per pass while it lasts. `now` None
+    (the reconciler's pass): the database's clock, on which progress_at is written."""
     new = Q(stall_noticed_at__isnull=True) | Q(stall_noticed_at__lt=_since())
     with transaction.atomic():
         found = list(
@@ -203,7 +211,7 @@ def notice(now: datetime.datetime, limit: int = NOTICE_LIMIT) -> int:
         )
         if not found:
             return 0
-        StepRun.objects.filter(pk__in=[s.pk for s in found]).update(stall_noticed_at=now)
+        StepRun.objects.filter(pk__in=[s.pk for s in found]).update(stall_noticed_at=_at(now))
         for step in found:
             dispatch.cluster_event(step.run_id, STALLED, message(step, step.run))
     for step in found:
