@@ -48,6 +48,7 @@ MINIMAL_WITH: dict[str, dict[str, Any]] = {
     },
     "addon_remove": {"inventory": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x"}]},
     "k8s_job": {"image": "busybox", "command": ["true"], "env": {"A": "b"}},
+    "window": {"timeZone": "UTC", "weekly": [{"days": ["Sun"], "start": "00:00", "end": "06:00"}]},
 }
 
 

@@ -49,7 +49,7 @@ from workflows.engine import (
 )
 from workflows.engine.claims import Attempt, claim
 from workflows.engine.policy import Decision, Result, backoff, decide, needs_countdown
-from workflows.models import StepRun
+from workflows.models import Run, StepRun
 from workflows.steps import registry
 
 # The claim is the first of an attempt's two functions: callers find it here, with record.
@@ -89,6 +89,7 @@ def run(attempt: Attempt, *, at: datetime.datetime | None = None) -> Result:
     at = at or clock.now()
     started = step.started_at or at
     ctx = registry.StepContext.of(attempt.run, step)
+    ctx.now = at
     deadline = (
         started + datetime.timedelta(seconds=step.timeout_seconds) if step.timeout_seconds else None
     )
@@ -235,6 +236,7 @@ def starts_waiting_alone(result: Result) -> bool:
         and isinstance(result.outcome, registry.Poll)
         and not registry.waiting_message(step.type)
         and not registry.waits_for_person(step.type)
+        and not registry.says_own_wait(step.type)
     )
 
 
@@ -347,7 +349,27 @@ def _record_repeats(results: Sequence[Result]) -> set[int]:
                 continue
             if result.outcome is not None:
                 _countdown(step.pk, StepRun.State.WAITING, decisions[step.pk], result)
+    _retell([r for r in results if r.attempt.step.pk in written])
     return written
+
+
+def _retell(results: Sequence[Result]) -> None:
+    """A waiting step that says its own wait and now says something else (a gate that
+    halts): its run's message follows, by compare-and-set on the message the step gave it,
+    in its own statement after the steps' commit (the run's lock comes before its steps')."""
+    for result in results:
+        step, run, outcome = result.attempt.step, result.attempt.run, result.outcome
+        if not isinstance(outcome, registry.Poll) or not registry.says_own_wait(step.type):
+            continue
+        said = messages.fit(outcome.message)
+        if said == step.message:
+            continue
+        name = run.template_name
+        Run.objects.filter(
+            pk=run.pk,
+            state=Run.State.RUNNING,
+            message=messages.run_waits(name, step.message, step.name),
+        ).update(message=messages.run_waits(name, said, step.name))
 
 
 def _record_change(result: Result) -> Decision | None:

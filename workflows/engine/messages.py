@@ -83,6 +83,12 @@ def run_waiting_at_step(name: str, waiting: str, step: str) -> str:
     return f"workflow {name} is {waiting} at step {step}"
 
 
+def run_waits(name: str, says: str, step: str) -> str:
+    """A waiting step whose type says its own wait (registry.StepType.says_own_wait):
+    "workflow W waits for the maintenance window Tue 02:00 Europe/Berlin at step S"."""
+    return fit(f"workflow {name} {says} at step {step}")
+
+
 #: An approval's own text in an Event is cut to this: Kubernetes caps an events.k8s.io
 #: note at 1024 bytes (pkg/apis/core/validation/events.go NoteLengthLimit).
 MAX_ASKS = 400

@@ -12,6 +12,7 @@ from workflows.steps import (
     k8s_job,
     noop,
     wait,
+    window,
 )
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "k8s_job",
     "noop",
     "wait",
+    "window",
 ]

@@ -73,6 +73,9 @@ class StepContext:
     #: When the engine fails the step for its timeoutSeconds (None: no timeout, or not
     #: started yet), so that a step can fail a little before, saying what it waited for.
     deadline: datetime.datetime | None = None
+    #: The attempt's time, from the engine's clock (workflows.engine.clock), which tests
+    #: hold: a step that reads the time reads it here. None: called outside the engine.
+    now: datetime.datetime | None = None
 
     @classmethod
     def of(cls, run: Run, step: StepRun) -> StepContext:
@@ -272,6 +275,10 @@ class StepType:
     #: How long a step of this type normally goes without progress (workflows.engine.stalls);
     #: 0: never stalled (what a person ends: its run's deadline bounds it).
     stall_seconds: StallBound = DEFAULT_STALL_SECONDS
+    #: While it waits, its run says the step's own Poll message ("workflow W waits for the
+    #: maintenance window Tue 02:00 Europe/Berlin at step S"), kept current as it changes;
+    #: the message must be deterministic (workflows.engine.messages).
+    says_own_wait: bool = False
 
     def normal_seconds(self, params: Mapping[str, Any]) -> int:
         """How long a step of this type with `params` may go without progress."""
@@ -300,6 +307,7 @@ def step_type(
     waiting_message: str = "",
     waits_for_person: bool = False,
     stall_seconds: StallBound | None = None,
+    says_own_wait: bool = False,
 ) -> Callable[[StepFunction], StepFunction]:
     """Register a step type under `name`; registering a name twice is an error.
 
@@ -335,6 +343,7 @@ def step_type(
             waiting_message=waiting_message,
             waits_for_person=waits_for_person,
             stall_seconds=stall_seconds,
+            says_own_wait=says_own_wait,
         )
         return func
 
@@ -378,6 +387,12 @@ def person_types() -> frozenset[str]:
 def waits_for_person(name: str) -> bool:
     """Whether steps of type `name` wait for a person (False for an unknown type)."""
     return name in person_types()
+
+
+def says_own_wait(name: str) -> bool:
+    """Whether a waiting step of type `name` gives its run its own message."""
+    step = find(name)
+    return step is not None and step.says_own_wait
 
 
 def waiting_message(name: str) -> str:
