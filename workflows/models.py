@@ -12,6 +12,9 @@ from django.db import models
 
 from hooksvc.contract import catalog
 
+# Defined apart for this module's size; imported here, it is one of the app's models.
+from workflows.rollout_actions import RolloutAction  # noqa: F401
+
 HOOK_CHOICES = [(name, name) for name in catalog.HOOKS]
 #: What templates and runs name: the hooks, and hooksvc's own moments (ClusterDeleted).
 MOMENT_CHOICES = [(name, name) for name in catalog.MOMENTS]

@@ -346,6 +346,8 @@ class Cluster:
     last_reconcile: float = -math.inf
     failures: int = 0
     records: list[StepRecord] = dataclasses.field(default_factory=list)
+    #: Labels beside the `env: prod` every test Cluster has (a rollout's `ring: canary`).
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.records = [StepRecord() for _ in self.steps]
@@ -356,7 +358,11 @@ class Cluster:
 
     def body(self, step: HookStep) -> bytes:
         cluster = capi.cluster_v1beta2(
-            name=self.name, namespace=self.namespace, uid=self.uid, version=step.version
+            name=self.name,
+            namespace=self.namespace,
+            uid=self.uid,
+            version=step.version,
+            labels=self.labels,
         )
         if step.hook == "BeforeClusterCreate":
             # Called before CAPI creates the control plane and infrastructure objects.

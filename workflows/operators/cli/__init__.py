@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Protocol
 
-from workflows.operators.cli import bypass, operate, preview, runs, tokens, why
+from workflows.operators.cli import bypass, operate, preview, rollout, runs, tokens, why
 
 
 class Subcommands(Protocol):
@@ -21,4 +21,4 @@ class Subcommands(Protocol):
 
 
 #: The modules whose subcommands `manage.py workflows` offers, in the order `--help` lists them.
-MODULES: tuple[Subcommands, ...] = (runs, why, operate, preview, bypass, tokens)
+MODULES: tuple[Subcommands, ...] = (runs, why, operate, preview, bypass, rollout, tokens)

@@ -1,0 +1,177 @@
+"""Canary waves: a `gate` step through the hook path and the engine, the clock held.
+
+The canaries' AfterClusterUpgrade runs and the wave's BeforeClusterUpgrade run start from
+hook calls (workflows.hookpath.answers) and move by the engine's own functions called
+here (scheduling.advance, run_step); a fleet driven over HTTPS with a real worker is
+tests/workflows/test_worker_gates.py's.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from hooksvc.contract import catalog
+from tests.support import capi
+from tests.support import workflows as wf
+from workflows.engine import scheduling
+from workflows.hookpath import answers
+from workflows.models import Run, StepRun
+from workflows.operators import access, rollouts
+from workflows.rollout_actions import RolloutAction
+from workflows.steps import registry
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+VERSION = "v1.33.0"
+GATE = {
+    "name": "canaries",
+    "type": "gate",
+    "with": {"matchLabels": {"ring": "canary"}, "count": 2, "soakSeconds": 600},
+}
+
+
+def _cluster(name: str, **labels: str) -> dict[str, Any]:
+    return capi.cluster_v1beta2(name=name, uid=f"uid-{name}", labels=labels)
+
+
+def _call(hook: str, name: str, **labels: str) -> answers.Answer:
+    return answers.answer(wf.call(hook, cluster=_cluster(name, **labels)), handler_name="test")
+
+
+def _advance_all() -> None:
+    for run in Run.objects.filter(state__in=Run.ACTIVE):
+        scheduling.advance(run.pk)
+
+
+def _fleet(checks: str = "noop") -> None:
+    """Canary checks at AfterClusterUpgrade, and the main wave gated on the canaries."""
+    wf.template(
+        "canary-checks",
+        hook="AfterClusterUpgrade",
+        steps=[{"name": "check", "type": "noop"}],
+        clusterSelector={"matchLabels": {"ring": "canary"}},
+    )
+    wf.template(
+        "canary-health",
+        hook="AfterClusterUpgrade",
+        steps=[{"name": "health", "type": checks, "retries": 0, "retryForSeconds": 0}],
+        clusterSelector={"matchLabels": {"health": "bad"}},
+    )
+    wf.template(
+        "wave-main",
+        steps=[GATE],
+        clusterSelector={"matchLabels": {"ring": "main"}},
+        retryAfterSeconds=3600,
+    )
+
+
+def _canary_passes(name: str, **labels: str) -> None:
+    _call("AfterClusterUpgrade", name, ring="canary", **labels)
+    _advance_all()
+
+
+def test_the_wave_waits_for_two_canaries_and_their_soak(
+    sent: list[Any], now: list[datetime.datetime]
+) -> None:
+    _fleet()
+    _call("BeforeClusterUpgrade", "main-1", ring="main")
+    _advance_all()
+    answer = _call("BeforeClusterUpgrade", "main-1", ring="main")
+    assert answer.message == (
+        "workflow wave-main waits for 2 canaries ring=canary to pass AfterClusterUpgrade "
+        "at v1.33.0 and soak 600 s at step canaries"
+    )
+    _canary_passes("canary-1")
+    _canary_passes("canary-2")
+    gate = StepRun.objects.get(type="gate")
+    now[0] += datetime.timedelta(seconds=30)
+    scheduling.run_step(gate.pk)
+    gate.refresh_from_db()
+    assert gate.state == StepRun.State.WAITING, "two canaries passed, not soaked yet"
+    assert gate.due_at is not None
+    now[0] = gate.due_at
+    scheduling.run_step(gate.pk)
+    now[0] += datetime.timedelta(seconds=600)
+    scheduling.run_step(gate.pk)
+    assert Run.objects.get(template_name="wave-main").state == Run.State.SUCCEEDED
+    assert _call("BeforeClusterUpgrade", "main-1", ring="main") == answers.PROCEED
+
+
+def test_a_failed_canary_halts_the_wave_until_an_operator_resumes(
+    sent: list[Any], now: list[datetime.datetime]
+) -> None:
+    _fleet(checks="flaky")
+    _call("BeforeClusterUpgrade", "main-1", ring="main")
+    _advance_all()
+    _canary_passes("canary-1")
+    _canary_passes("canary-2")
+    _canary_passes("canary-3", health="bad")
+    failed = Run.objects.get(template_name="canary-health")
+    assert failed.state == Run.State.FAILED
+    gate = StepRun.objects.get(type="gate")
+    now[0] += datetime.timedelta(seconds=3600)
+    scheduling.run_step(gate.pk)
+    answer = _call("BeforeClusterUpgrade", "main-1", ring="main")
+    assert answer.status == catalog.Status.SUCCESS and answer.retry_after > 0
+    assert answer.message.startswith(
+        "workflow wave-main halts the rollout to v1.33.0: canary fleet/canary-3 failed "
+        f"workflow canary-health (run {failed.pk}); resume it with `"
+    ), answer.message
+    [shown] = rollouts.overview(access.unrestricted("test"))
+    assert shown.halt.startswith("halts the rollout to v1.33.0: canary fleet/canary-3")
+    assert [m.cluster for m in shown.waves[0].clusters] == ["fleet/main-1"]
+    listed = io.StringIO()
+    call_command("workflows", "rollout", "list", stdout=listed)
+    assert listed.getvalue().startswith("v1.33.0: halts the rollout to v1.33.0: canary fleet/")
+    assert "wave-main" in listed.getvalue() and "fleet/main-1" in listed.getvalue()
+
+    call_command(
+        "workflows", "rollout", "resume", VERSION, "--reason", "canary-3's disk, not 1.33",
+        "--actor", "ops:ann",
+    )  # fmt: skip
+    action = RolloutAction.objects.get()
+    assert (action.kind, action.runs, action.actor) == ("resume", [failed.pk], "ops:ann")
+    scheduling.run_step(gate.pk)  # the resume made it due now (its message recorded in `sent`)
+    assert Run.objects.get(template_name="wave-main").state == Run.State.SUCCEEDED
+
+
+def test_an_abandoned_rollout_fails_the_waiting_runs(
+    sent: list[Any], now: list[datetime.datetime]
+) -> None:
+    _fleet(checks="flaky")
+    _call("BeforeClusterUpgrade", "main-1", ring="main")
+    _advance_all()
+    _canary_passes("canary-3", health="bad")
+    rollouts.rollout_abandon(version=VERSION, actor="ops:bob", reason="1.33 breaks our CNI")
+    scheduling.run_step(StepRun.objects.get(type="gate").pk)
+    run = Run.objects.get(template_name="wave-main")
+    assert run.state == Run.State.FAILED
+    assert "the rollout to v1.33.0 was abandoned by ops:bob: 1.33 breaks our CNI" in run.message
+    with pytest.raises(rollouts.RolloutError, match="abandoned already"):
+        rollouts.rollout_abandon(version=VERSION, actor="ops:bob", reason="again")
+
+
+def test_resuming_a_rollout_nothing_halts_is_refused(sent: list[Any]) -> None:
+    with pytest.raises(rollouts.RolloutError, match="no failed canary halts the rollout to v9"):
+        rollouts.rollout_resume(version="v9", actor="ops:ann", reason="why not")
+
+
+@pytest.mark.parametrize(
+    ("given", "hook", "error"),
+    [
+        ({"count": 2, "all": True}, "BeforeClusterUpgrade", "count: give either count or all"),
+        ({}, "BeforeClusterUpgrade", "count: give either count or all"),
+        ({"count": 0}, "BeforeClusterUpgrade", "count: must be at least 1"),
+        ({"count": 1}, "AfterClusterUpgrade", "a gate holds BeforeClusterUpgrade only"),
+        ({"count": 1, "matchLabels": {}}, "BeforeClusterUpgrade", "matchLabels: needs"),
+    ],
+)
+def test_an_invalid_gate_is_refused(given: dict[str, Any], hook: str, error: str) -> None:
+    params = {"matchLabels": {"ring": "canary"}, **given}
+    with pytest.raises(registry.ParamError, match=error):
+        registry.validate("gate", params, hook=hook)
