@@ -32,7 +32,7 @@ from django.utils import timezone
 from hooksvc.contract import catalog
 from workflows.engine import messages, stalls
 from workflows.models import Run, StepRun
-from workflows.operators import access, bypasses, fleet, holding, selectors, states
+from workflows.operators import access, bypasses, fleet, holding, rollouts, selectors, states
 from workflows.operators import bulk as bulk_actions
 from workflows.operators.admin import common
 
@@ -194,6 +194,34 @@ def _tiles(filters: fleet.FleetFilter, counts: dict[str, int]) -> dict[str, Any]
     }
 
 
+def rollouts_shown(actor: access.Actor) -> list[dict[str, Any]]:
+    """The rollouts under way as the page shows them: what halts each (without the commands,
+    which the banner gives whole), and each wave's clusters with what each waits for."""
+    shown = []
+    for rollout in rollouts.overview(actor):
+        halt = messages.without_hints(rollout.halt)
+        shown.append(
+            {
+                "version": rollout.version,
+                "halt": rollout.halt,
+                "halt_text": halt.split(": ", 1)[-1],
+                "abandoned": rollout.abandoned,
+                "waves": [
+                    {
+                        "template": wave.template,
+                        "canaries": wave.canaries,
+                        "clusters": [
+                            {**dataclasses.asdict(m), "why": messages.without_hints(m.message)}
+                            for m in wave.clusters
+                        ],
+                    }
+                    for wave in rollout.waves
+                ],
+            }
+        )
+    return shown
+
+
 def fleet_view(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
     now = timezone.now()
     actor = common.actor(request)
@@ -246,6 +274,7 @@ def fleet_view(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
         "bulk_actions": offered,
         "may_act": bool(offered),
         "bypasses": active_bypasses(now, actor),
+        "rollouts": rollouts_shown(actor),
         # The banner's hint runs as printed where hooksvc runs (engine/messages.py).
         "manage_py": settings.MANAGE_PY,
         "now": common.when(now),
@@ -253,6 +282,7 @@ def fleet_view(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
             ("All runs", reverse("admin:workflows_run_changelist")),
             ("Hook calls", reverse("admin:workflows_hookcall_changelist")),
             ("Bypasses", reverse("admin:workflows_bypass_changelist")),
+            ("Rollout actions", reverse("admin:workflows_rolloutaction_changelist")),
             ("Templates", reverse("admin:workflows_workflowtemplate_changelist")),
             ("Add-on profiles", reverse("admin:workflows_addonprofile_changelist")),
             # Local accounts: Django's own permission (superusers).
