@@ -4,10 +4,17 @@ main wave gated on two canaries at BeforeClusterUpgrade."""
 
 from __future__ import annotations
 
+import time
+
+import redis
+from django.conf import settings
+
 from tests.support import workflows as wf
 
 
-def templates(*, poll_seconds: float = 2) -> None:
+def templates(*, poll_seconds: float = 5) -> None:
+    """`poll_seconds` at or above HOOKSVC_POLL_BATCH_MIN_WAIT_SECONDS (5): the gates are
+    polled by the batch poller, so no countdown message outlives the test."""
     wf.template(
         "canary-checks",
         hook="AfterClusterUpgrade",
@@ -27,3 +34,14 @@ def templates(*, poll_seconds: float = 2) -> None:
         clusterSelector={"matchLabels": {"ring": "main"}},
         retryAfterSeconds=30,
     )
+
+
+def drained(timeout: float = 30) -> None:
+    """Wait until the broker holds no message, delivered or not: a message still due (a
+    resume's wake-up) would reach the next test's worker, whose log some tests read."""
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    deadline = time.monotonic() + timeout
+    # Kombu's Redis transport: the queue is a list, delivered messages wait in `unacked`.
+    while client.llen("celery") or client.hlen("unacked"):
+        assert time.monotonic() < deadline, "messages still in the broker"
+        time.sleep(0.1)

@@ -82,3 +82,4 @@ def test_the_fleet_shows_a_halted_rollout_its_waves_and_what_each_cluster_waits_
     expect(page.locator("#rollouts tr[data-cluster='fleet/main-1']")).to_contain_text(
         "waits for 2 canaries ring=canary to pass AfterClusterUpgrade at v1.33.0"
     )
+    rollouts.drained()

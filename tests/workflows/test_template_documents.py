@@ -136,8 +136,8 @@ STEPS = documents.template()["spec"]["steps"]
             # The list names every registered type: the built-ins and this suite's own.
             "spec.steps[0].type: unknown step type 'no_such_step' "
             "(known: addon_install, addon_remove, approval, backup_pvs, conformance, "
-            "count_poll, flaky, flaky_poll, hang, http, k8s_job, noop, record, sign_off, "
-            "stuck_poll, tracked, tx_probe, wait)",
+            "count_poll, flaky, flaky_poll, gate, hang, http, k8s_job, noop, record, sign_off, "
+            "stuck_poll, tracked, tx_probe, wait, window)",
         ),
         (
             {"steps": [{"name": "snapshot", "type": "wait"}]},

@@ -79,6 +79,7 @@ def test_a_failed_canary_halts_the_main_wave_until_an_operator_resumes(
     assert set(Run.objects.filter(template_name="wave-main").values_list("state", flat=True)) == {
         "succeeded"
     }
+    rollouts.drained()
     action = RolloutAction.objects.get()
     assert (action.kind, action.version, action.runs, action.actor) == (
         "resume",

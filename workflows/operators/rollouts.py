@@ -165,7 +165,10 @@ def _act(
         )
         waiting = list(
             StepRun.objects.filter(
-                type=GATE_TYPE, state=StepRun.State.WAITING, run__state=Run.State.RUNNING
+                type=GATE_TYPE,
+                state=StepRun.State.WAITING,
+                run__state=Run.State.RUNNING,
+                run__context__toKubernetesVersion=version,
             ).values_list("pk", flat=True)
         )
         StepRun.objects.filter(pk__in=waiting).update(due_at=now)

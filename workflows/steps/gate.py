@@ -23,6 +23,7 @@ from typing import Any
 
 from django.conf import settings
 
+from hooksvc.contract import wire
 from workflows import errors
 from workflows.models import Run
 from workflows.rollout_actions import RolloutAction
@@ -200,7 +201,11 @@ def gate(ctx: registry.StepContext) -> registry.Outcome:
     seen = canaries(
         ctx.params["matchLabels"],
         version,
-        own_key=str(ctx.cluster.get("uid") or ""),
+        own_key=wire.cluster_key(
+            str(ctx.cluster.get("uid") or ""),
+            str(ctx.cluster.get("namespace") or ""),
+            str(ctx.cluster.get("name") or ""),
+        ),
         count=None if ctx.params.get("all") else int(ctx.params["count"]),
         soak=float(ctx.params.get("soakSeconds") or 0),
     )
