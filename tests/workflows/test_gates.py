@@ -20,7 +20,7 @@ from tests.support import capi
 from tests.support import workflows as wf
 from workflows.engine import scheduling
 from workflows.hookpath import answers
-from workflows.models import Run, StepRun
+from workflows.models import Run, RunEvent, StepRun
 from workflows.operators import access, rollouts
 from workflows.rollout_actions import RolloutAction
 from workflows.steps import registry
@@ -136,6 +136,13 @@ def test_a_failed_canary_halts_the_wave_until_an_operator_resumes(
     )  # fmt: skip
     action = RolloutAction.objects.get()
     assert (action.kind, action.runs, action.actor) == ("resume", [failed.pk], "ops:ann")
+    event = RunEvent.objects.get(name="rollout_resume")
+    assert (event.run.template_name, event.step_name, event.actor, event.reason) == (
+        "wave-main",
+        "canaries",
+        "ops:ann",
+        "canary-3's disk, not 1.33",
+    ), "the held run's history records who resumed it and why"
     scheduling.run_step(gate.pk)  # the resume made it due now (its message recorded in `sent`)
     assert Run.objects.get(template_name="wave-main").state == Run.State.SUCCEEDED
 

@@ -6,7 +6,8 @@ target version; a wave is one gated template. `overview` is what the fleet page 
 and each wave's clusters with what each waits for. `rollout_resume` sets the failed canary
 runs aside (they halt no gate any more); `rollout_abandon` fails every gate of the version.
 Both need the release permission in every namespace (a rollout spans them), record who
-and why (RolloutAction), log an `operator_action` line, and wake the gates at once.
+and why (RolloutAction, and a RunEvent on each run whose gate waits), log an
+`operator_action` line, and wake the gates at once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from django.db import transaction
 
 from workflows.engine import clock, dispatch
-from workflows.models import Run, StepRun
+from workflows.models import Run, RunEvent, StepRun
 from workflows.operators import access, reasons
 from workflows.rollout_actions import RolloutAction
 from workflows.steps import gate
@@ -163,16 +164,36 @@ def _act(
             reason=reason.strip(),
             created_at=now,
         )
-        waiting = list(
+        # The gates waiting now, locked in id order as the engine locks steps alone; one an
+        # attempt holds is skipped: it is being polled, and sees the action as it does.
+        gates = list(
             StepRun.objects.filter(
                 type=GATE_TYPE,
                 state=StepRun.State.WAITING,
                 run__state=Run.State.RUNNING,
                 run__context__toKubernetesVersion=version,
-            ).values_list("pk", flat=True)
+            )
+            .order_by("pk")
+            .select_for_update(skip_locked=True, of=("self",))
+            .values_list("pk", "run_id", "name")
         )
-        StepRun.objects.filter(pk__in=waiting).update(due_at=now)
-        dispatch.run_steps(waiting)
+        StepRun.objects.filter(pk__in=[pk for pk, _, _ in gates]).update(due_at=now)
+        # Each held run's history says who let it go on, or stopped it, and why.
+        RunEvent.objects.bulk_create(
+            RunEvent(
+                run_id=run_id,
+                step_name=name,
+                kind=RunEvent.Kind.ACTION,
+                name=f"rollout_{kind}",
+                actor=who.name,
+                actor_subject=who.subject,
+                actor_email=who.email,
+                reason=action.reason,
+                message=f"rollout to {version} {'resumed' if kind == 'resume' else 'abandoned'}",
+            )
+            for _, run_id, name in gates
+        )
+        dispatch.run_steps(pk for pk, _, _ in gates)
         fields: dict[str, Any] = {
             "action": "operator_action",
             "operation": f"rollout_{kind}",
