@@ -268,10 +268,6 @@ def _inline(type_name: str) -> bool:
     return step_type is not None and step_type.inline
 
 
-def _says(type_name: str) -> bool:
-    return registry.says_own_wait(type_name)
-
-
 def _start_blocker(run: Run) -> tuple[str, bool]:
     """Why `run` cannot start yet ("" if it can): another workflow, or the concurrency budget;
     and whether only a change of that workflow (an operator's action) can lift it."""
@@ -401,7 +397,11 @@ def _settle(run: Run, steps: list[StepRun], now: datetime.datetime, *, message: 
     waiting = registry.waiting_message(current.type) if current is not None else ""
     if current is None:
         text = messages.run_running(name)
-    elif current.state == StepRun.State.WAITING and current.message and _says(current.type):
+    elif (
+        current.state == StepRun.State.WAITING
+        and current.message
+        and registry.says_own_wait(current.type)
+    ):
         text = messages.run_waits(name, current.message, current.name)
     elif waiting and current.state == StepRun.State.WAITING:
         text = messages.run_waiting_at_step(name, waiting, current.name)
