@@ -264,6 +264,28 @@ def test_a_caller_without_a_credential_is_asked_for_one(world: dict[str, Any]) -
     assert not RunEvent.objects.filter(kind="action").exists()
 
 
+@pytest.mark.parametrize("caller", CALLERS)
+def test_rollouts_are_resumed_and_abandoned_by_who_releases_everywhere(
+    callers: dict[str, APIClient], caller: str
+) -> None:
+    """A rollout spans namespaces: its resume and abandon need the release permission in
+    every one (workflows.operators.rollouts), as a bypass for every namespace does."""
+    client = callers[caller]
+    listed = client.get("/api/v1/rollouts/")
+    assert listed.status_code == 200 and listed.json()["results"] == []
+    everywhere = where(caller, "release") == set(NAMESPACES) and CALLERS[caller][1] is None
+    abandoned = _post(client, "/api/v1/rollouts/v1.33.0/abandon/", REASON)
+    assert outcome(abandoned) == (ALLOWED if everywhere else REFUSED)
+    # Nothing halts it: a resume does not apply (409) for who may, 403 for who may not.
+    resumed = _post(client, "/api/v1/rollouts/v1.33.0/resume/", REASON)
+    if everywhere:
+        assert resumed.status_code == 409, resumed.content
+        assert problem(resumed)["code"] == "not_applicable"
+        assert abandoned.json()["kind"] == "abandon" and abandoned.json()["reason"] == "CAB-7"
+    else:
+        assert outcome(resumed) == REFUSED
+
+
 def test_every_route_of_the_api_is_in_the_matrix() -> None:
     """The tests above reach every path of the document; a new endpoint must join them."""
     from workflows.api import urls
@@ -273,7 +295,7 @@ def test_every_route_of_the_api_is_in_the_matrix() -> None:
         "runs/", "runs/<pk>/", "runs/<pk>/approve/", "runs/<pk>/retry/", "runs/<pk>/skip/",
         "runs/<pk>/cancel/", "runs/<pk>/release/", "runs/bulk/", "bypasses/", "bypasses/<pk>/",
         "bypasses/<pk>/end/", "templates/", "templates/<name>/", "profiles/", "profiles/<name>/",
-        "openapi.json",
+        "rollouts/", "rollouts/<version>/resume/", "rollouts/<version>/abandon/", "openapi.json",
     }  # fmt: skip
     routes = {_route(p) for p in urls.urlpatterns[:-1] if not hasattr(p, "url_patterns")}
     routes |= {_route(p) for p in urls.router.urls}

@@ -110,6 +110,10 @@ class BypassOpen(Reason):
     )
 
 
+class RolloutReason(Reason):
+    reason = serializers.CharField(max_length=200, help_text="why (recorded with the action)")
+
+
 class BypassEnd(Reason):
     reason = serializers.CharField(max_length=200, help_text="why it ends early")
 

@@ -166,6 +166,44 @@ Bypass = _shape(
         "inForce": serializers.BooleanField(),
     },
 )
+RolloutMember = _shape(
+    "RolloutMember",
+    {
+        "runId": serializers.IntegerField(),
+        "cluster": serializers.CharField(),
+        "state": serializers.ChoiceField(choices=STEP_STATES),
+        "why": _text(),
+    },
+)
+RolloutWave = _shape(
+    "RolloutWave",
+    {
+        "template": serializers.CharField(),
+        "canaries": serializers.CharField(),
+        "clusters": RolloutMember(many=True),
+    },
+)
+Rollout = _shape(
+    "Rollout",
+    {
+        "version": serializers.CharField(),
+        "halt": _text(),
+        "abandoned": _text(),
+        "waves": RolloutWave(many=True),
+    },
+)
+RolloutAction = _shape(
+    "RolloutAction",
+    {
+        "id": serializers.IntegerField(),
+        "version": serializers.CharField(),
+        "kind": serializers.ChoiceField(choices=["resume", "abandon"]),
+        "runs": serializers.ListField(child=serializers.IntegerField()),
+        "actor": serializers.CharField(),
+        "reason": serializers.CharField(),
+        "createdAt": serializers.DateTimeField(),
+    },
+)
 Definition = _shape(
     "Definition",
     {

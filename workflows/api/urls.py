@@ -8,13 +8,24 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import routers
 
-from workflows.api import bypasses, clusters, definitions, fleet, me, openapi, problems, runs
+from workflows.api import (
+    bypasses,
+    clusters,
+    definitions,
+    fleet,
+    me,
+    openapi,
+    problems,
+    rollouts,
+    runs,
+)
 
 PREFIX = "api/v1/"
 
 router = routers.SimpleRouter()
 router.register("runs", runs.RunViewSet, basename="run")
 router.register("bypasses", bypasses.BypassViewSet, basename="bypass")
+router.register("rollouts", rollouts.RolloutViewSet, basename="rollout")
 router.register("templates", definitions.TemplateViewSet, basename="template")
 router.register("profiles", definitions.ProfileViewSet, basename="profile")
 

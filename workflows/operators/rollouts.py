@@ -106,6 +106,39 @@ def overview(actor: access.Actor) -> list[Rollout]:
     return rollouts
 
 
+def summary(rollout: Rollout) -> dict[str, Any]:
+    """A rollout as the API and `workflows rollout list -o json` give it (camelCase)."""
+    return {
+        "version": rollout.version,
+        "halt": rollout.halt,
+        "abandoned": rollout.abandoned,
+        "waves": [
+            {
+                "template": wave.template,
+                "canaries": wave.canaries,
+                "clusters": [
+                    {"runId": m.run_id, "cluster": m.cluster, "state": m.state, "why": m.message}
+                    for m in wave.clusters
+                ],
+            }
+            for wave in rollout.waves
+        ],
+    }
+
+
+def action_summary(action: RolloutAction) -> dict[str, Any]:
+    """A resume or abandon as the API answers it."""
+    return {
+        "id": action.pk,
+        "version": action.version,
+        "kind": action.kind,
+        "runs": list(action.runs),
+        "actor": action.actor,
+        "reason": action.reason,
+        "createdAt": action.created_at.isoformat(),
+    }
+
+
 def _halt(version: str, waves: dict[str, list[tuple[Run, StepRun]]]) -> tuple[str, str]:
     abandoned = RolloutAction.objects.filter(version=version, kind=RolloutAction.Kind.ABANDON)
     first = abandoned.order_by("created_at", "pk").first()
@@ -211,6 +244,8 @@ def _act(
 
 def rollout_resume(*, version: str, actor: str | access.Actor, reason: str) -> RolloutAction:
     """The failed canary runs that halt `version`'s gates no longer count."""
+    # Who may not act learns that first, not whether the rollout is halted.
+    access.actor_of(actor).require(access.Permission.RELEASE, "", "resume rollouts")
     failed = _failed_canaries(version)
     if not failed:
         raise RolloutError(f"no failed canary halts the rollout to {version}")
@@ -219,6 +254,7 @@ def rollout_resume(*, version: str, actor: str | access.Actor, reason: str) -> R
 
 def rollout_abandon(*, version: str, actor: str | access.Actor, reason: str) -> RolloutAction:
     """Every gate of `version` fails its run: those clusters do not upgrade to it."""
+    access.actor_of(actor).require(access.Permission.RELEASE, "", "abandon rollouts")
     if RolloutAction.objects.filter(version=version, kind=RolloutAction.Kind.ABANDON).exists():
         raise RolloutError(f"the rollout to {version} is abandoned already")
     return _act(RolloutAction.Kind.ABANDON, version, actor, reason, [])

@@ -7,7 +7,6 @@ the actor's right and records who and why.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
@@ -57,7 +56,7 @@ def handle(stdout: OutputWrapper, options: dict[str, Any]) -> None:
 def _list(stdout: OutputWrapper, options: dict[str, Any]) -> None:
     found = rollouts.overview(output.actor_of(options, acts=False))
     if options["output"] == "json":
-        output.write_json(stdout, [dataclasses.asdict(r) for r in found])
+        output.write_json(stdout, [rollouts.summary(r) for r in found])
         return
     if not found:
         stdout.write("no rollout waits for canaries")
