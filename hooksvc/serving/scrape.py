@@ -53,7 +53,7 @@ class RunsCollector(Collector):
     """
 
     def collect(self) -> Iterator[Metric]:
-        from workflows.engine import clock
+        from workflows import clock
         from workflows.models import Run
         from workflows.operators import holding, states
 

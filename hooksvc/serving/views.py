@@ -26,7 +26,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from hooksvc import metrics
 from hooksvc.contract import catalog, handlers, wire
-from workflows.engine import clock
+from workflows import clock
 from workflows.hookpath import answers, hookcalls
 
 logger = logging.getLogger(__name__)

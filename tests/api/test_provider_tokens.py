@@ -26,7 +26,7 @@ from django.test.utils import override_settings
 from tests.api.conftest import Api, problem, waiting_run
 from tests.identity.conftest import sign_in
 from tests.support import oidc
-from workflows.engine import clock
+from workflows import clock
 from workflows.models import RunEvent
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ from django.db import connection
 from django.test import Client
 
 from tests.api.conftest import Api, make_token, problem
-from workflows.engine import clock
+from workflows import clock
 from workflows.models import ApiToken
 from workflows.operators import access, tokens
 

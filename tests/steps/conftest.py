@@ -20,7 +20,8 @@ from django.test import override_settings
 from tests.support import capi, kube_workloads
 from tests.support import workflows as wf
 from tests.support.kube import KubeEmulator
-from workflows.engine import clock, scheduling
+from workflows import clock
+from workflows.engine import scheduling
 from workflows.hookpath import runs as hook_runs
 from workflows.kube import k8s
 from workflows.models import Run
@@ -136,3 +137,9 @@ def later(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     """Move the engine's clock `seconds` ahead."""
     moved = clock.now() + datetime.timedelta(seconds=seconds)
     monkeypatch.setattr(clock, "now", lambda: moved)
+
+
+def at_epoch(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Hold the project's clock (workflows.clock) at `seconds` since the epoch."""
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    monkeypatch.setattr(clock, "now", lambda: moment)

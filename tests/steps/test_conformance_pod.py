@@ -5,7 +5,7 @@ Against the emulator's kube-scheduler and kubelet (tests/support/kube_workloads.
 build metadata, both containers within PodSecurity `restricted`, Hydrophone's tolerations
 (and narrower ones), and a Pod that cannot start (an image that cannot be pulled, no Node
 it tolerates) failing the step after `stuckGraceSeconds` with the reason, not after the
-two-hour timeout. The grace is measured on `pods.clock`, which the tests move.
+two-hour timeout. The grace is measured on workflows.clock, which the tests hold.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.steps.conftest import Context, run
+from tests.steps.conftest import Context, at_epoch, run
 from tests.steps.test_conformance import NAME, RESTRICTED, conf, namespace_goes
 from tests.support import kube_workloads, pod_security
 from tests.support.kube import KubeEmulator
 from tests.support.kube_workloads import Workloads, node
 from workflows import errors
-from workflows.steps import pods, registry
+from workflows.steps import registry
 
 PODS = ("", "v1", "pods")
 POD = "e2e-conformance"
@@ -163,7 +163,7 @@ def test_it_tolerates_every_taint_as_hydrophone_does(kube: KubeEmulator, context
 
 
 def at(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    monkeypatch.setattr(pods, "clock", lambda: 1_000_000.0 + seconds)
+    at_epoch(monkeypatch, 1_000_000.0 + seconds)
 
 
 def test_a_pod_no_node_tolerates_fails_after_the_grace_with_the_reason(

@@ -6,14 +6,14 @@ Against the emulator's kubelet and admission plugins as upstream's act
 a Pod evicted before its runner ever ran (whose log the kubelet refuses with a 400). In
 each case the step ends with the reason, and the Namespace, the ServiceAccount and the
 cluster-admin ClusterRoleBinding it made are deleted, also when the Pod never existed.
-The grace is measured on `pods.clock`, which the tests move.
+The grace is measured on the project's clock (workflows.clock), which the tests hold.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.steps.conftest import Context, run, start
+from tests.steps.conftest import Context, at_epoch, run, start
 from tests.steps.test_conformance import NAME, conf, namespace_goes
 from tests.support import kube_workloads
 from tests.support.kube import KubeEmulator
@@ -21,7 +21,7 @@ from tests.support.kube_workloads import RuntimeFailure, Workloads
 from workflows import errors
 from workflows.engine import cleanups
 from workflows.models import StepRun
-from workflows.steps import pods, registry
+from workflows.steps import registry
 
 POD = "e2e-conformance"
 IMAGE = "registry.k8s.io/conformance:v1.33.0"
@@ -39,7 +39,7 @@ REFUSED = (
 
 
 def at(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    monkeypatch.setattr(pods, "clock", lambda: 1_000_000.0 + seconds)
+    at_epoch(monkeypatch, 1_000_000.0 + seconds)
 
 
 def nothing_left(kube: KubeEmulator, name: str = NAME, *, wait: bool = True) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from tests.steps.conftest import Context, run
+from tests.steps.conftest import Context, at_epoch, run
 from tests.steps.test_helm import CHART, VALUES, chart, install, releases
 from tests.support.kube import KubeEmulator
 from workflows import errors
@@ -99,7 +99,7 @@ def killed_helm(
 
 
 def at(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    monkeypatch.setattr(helm, "clock", lambda: seconds)
+    at_epoch(monkeypatch, seconds)
 
 
 def test_revisions_carry_the_steps_labels_and_helm_gets_a_timeout_below_the_deadline(

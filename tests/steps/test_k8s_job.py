@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.steps.conftest import CLUSTER, NS, Context, run
+from tests.steps.conftest import CLUSTER, NS, Context, at_epoch, run
 from tests.support import kube_workloads
 from tests.support.kube import KubeEmulator
 from tests.support.kube_workloads import Script, Workloads
 from workflows import errors
 from workflows.models import WorkflowTemplate
-from workflows.steps import pods, registry
+from workflows.steps import registry
 
 JOBS = ("batch", "v1", "jobs")
 NAME = "hooksvc-7-migrate"
@@ -190,7 +190,7 @@ def test_an_image_that_cannot_be_pulled_fails_the_step_after_the_grace(
     work = kube_workloads.start(kube, time_scale=1.0)  # ImagePullBackOff for 9 s at a time
     work.unpullable(IMAGE)
     ctx = context("k8s_job", {**PARAMS, "stuckGraceSeconds": 60}, step_name="migrate")
-    monkeypatch.setattr(pods, "clock", lambda: 1000.0)
+    at_epoch(monkeypatch, 1000.0)
     run(ctx)
     pod = work.wait("the pod", lambda: job_pods(kube))[0]["metadata"]["name"]
     work.wait("the back-off", lambda: work.waiting_reason("ops", pod, "job") == "ImagePullBackOff")
@@ -200,9 +200,9 @@ def test_an_image_that_cannot_be_pulled_fails_the_step_after_the_grace(
             f"Job ops/{NAME} is waiting: container job cannot pull its image (ImagePullBackOff)"
         ),
     )
-    monkeypatch.setattr(pods, "clock", lambda: 1059.0)
+    at_epoch(monkeypatch, 1059.0)
     assert isinstance(run(ctx), registry.Poll)
-    monkeypatch.setattr(pods, "clock", lambda: 1060.0)
+    at_epoch(monkeypatch, 1060.0)
     with pytest.raises(errors.PermanentError) as exc:
         run(ctx)
     assert exc.value.message == (

@@ -5,7 +5,7 @@ kube_admission.py): a pod the API server refuses gives the Job `FailedCreate` Ev
 condition, forever; a container that cannot be created waits with the kubelet's reason;
 the Job controller writes `FailureTarget` (and `SuccessCriteriaMet`) before the terminal
 condition, and counts a pod in `uncountedTerminatedPods` before its counters. The step fails
-such a Job with the reason after `stuckGraceSeconds` (pods.clock, which the tests move), or
+such a Job with the reason after `stuckGraceSeconds` (workflows.clock, which the tests hold), or
 at once on the interim condition.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.steps.conftest import Context, run
+from tests.steps.conftest import Context, at_epoch, run
 from tests.steps.test_k8s_job import (
     IMAGE,
     JOBS,
@@ -29,7 +29,7 @@ from tests.support import kube_workloads
 from tests.support.kube import KubeEmulator
 from tests.support.kube_workloads import RuntimeFailure, Script, Workloads
 from workflows import errors
-from workflows.steps import pods, registry
+from workflows.steps import registry
 
 REFUSED = (
     'Error creating: pods "hooksvc-7-migrate-" is forbidden: error looking up service account'
@@ -38,7 +38,7 @@ REFUSED = (
 
 
 def at(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    monkeypatch.setattr(pods, "clock", lambda: 1_000.0 + seconds)
+    at_epoch(monkeypatch, 1_000.0 + seconds)
 
 
 def failed_creates(work: Workloads, kube: KubeEmulator) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ import pytest
 
 from tests.steps.conftest import NS, start
 from tests.support.kube import KubeEmulator
-from workflows.engine import clock
+from workflows import clock
 from workflows.models import StepRun
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from workflows.engine import clock, dispatch
+from workflows import clock
+from workflows.engine import dispatch
 
 
 class Receiver(http.server.ThreadingHTTPServer):

@@ -31,7 +31,8 @@ from tests.support import capi
 from tests.support import workflows as wf
 from tests.support.worker import Worker
 from tests.workflows.steps_for_tests import PREFIX
-from workflows.engine import attempts, clock, polls, scheduling
+from workflows import clock
+from workflows.engine import attempts, polls, scheduling
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, StepRun, WorkflowTemplate
 from workflows.operators import actions

@@ -11,7 +11,8 @@ import datetime
 import pytest
 
 from tests.support import workflows as wf
-from workflows.engine import clock, scheduling
+from workflows import clock
+from workflows.engine import scheduling
 from workflows.hookpath import answers, backlog
 from workflows.models import Run, StepRun
 

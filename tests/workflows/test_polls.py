@@ -26,7 +26,8 @@ from django.utils import timezone
 from tests.support import capi, servers
 from tests.support import workflows as wf
 from tests.workflows import steps_for_tests  # noqa: F401  (registers count_poll)
-from workflows.engine import attempts, clock, polls, reconciler, scheduling
+from workflows import clock
+from workflows.engine import attempts, polls, reconciler, scheduling
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, RunEvent, StepRun, WorkerBeat, WorkflowTemplate
 from workflows.operators import actions

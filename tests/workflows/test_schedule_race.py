@@ -23,7 +23,8 @@ from django.db import connection, transaction
 
 from tests.support import capi
 from tests.support import workflows as wf
-from workflows.engine import clock, scheduling
+from workflows import clock
+from workflows.engine import scheduling
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, StepRun
 

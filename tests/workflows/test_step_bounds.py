@@ -27,7 +27,8 @@ from tests.support import capi
 from tests.support import workflows as wf
 from tests.support.worker import Worker
 from tests.workflows.steps_for_tests import HANG_CALL_SECONDS, PREFIX
-from workflows.engine import attempts, calls, clock, scheduling
+from workflows import clock
+from workflows.engine import attempts, calls, scheduling
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, StepRun
 

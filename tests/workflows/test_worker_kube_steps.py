@@ -24,7 +24,8 @@ from tests.support.kube import KubeEmulator
 from tests.support.kube_storage import SnapshotController, snapshot_class, volume
 from tests.support.kube_velero import VeleroServer, storage_location
 from tests.support.worker import Worker
-from workflows.engine import clock, dispatch
+from workflows import clock
+from workflows.engine import dispatch
 from workflows.models import Run, RunEvent
 from workflows.operators import actions
 

@@ -23,7 +23,7 @@ from tests.support import capi
 from tests.support import workflows as wf
 from tests.support.worker import Worker
 from tests.workflows.steps_for_tests import PREFIX
-from workflows.engine import clock
+from workflows import clock
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, StepRun
 

@@ -34,12 +34,11 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from workflows import errors
+from workflows import clock, errors
 from workflows.engine import (
     calls,
     claims,
     cleanups,
-    clock,
     dispatch,
     leases,
     messages,

@@ -31,7 +31,8 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from workflows.engine import clock, observe
+from workflows import clock
+from workflows.engine import observe
 
 logger = logging.getLogger(__name__)
 

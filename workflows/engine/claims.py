@@ -20,7 +20,8 @@ from typing import Any
 
 from django.conf import settings
 
-from workflows.engine import clock, leases, sql
+from workflows import clock
+from workflows.engine import leases, sql
 from workflows.models import Run, StepRun
 
 

@@ -40,7 +40,8 @@ from collections.abc import Iterator, Sequence
 from django.conf import settings
 from django.db import connection, transaction
 
-from workflows.engine import clock, sql
+from workflows import clock
+from workflows.engine import sql
 
 logger = logging.getLogger(__name__)
 

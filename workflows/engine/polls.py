@@ -23,7 +23,8 @@ from collections import defaultdict
 
 from django.conf import settings
 
-from workflows.engine import attempts, clock, dispatch, leases, scheduling, workers
+from workflows import clock
+from workflows.engine import attempts, dispatch, leases, scheduling, workers
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from workflows.engine import clock, dispatch, workers
+from workflows import clock
+from workflows.engine import dispatch, workers
 from workflows.models import Run, StepRun
 
 logger = logging.getLogger(__name__)

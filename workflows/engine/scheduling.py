@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 
 from django.db import models, transaction
 
+from workflows import clock
 from workflows.definitions import typed
 from workflows.engine import (
     attempts,
     cleanups,
-    clock,
     dispatch,
     leases,
     messages,

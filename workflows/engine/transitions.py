@@ -19,8 +19,7 @@ import datetime
 from collections.abc import Iterable
 from typing import Any
 
-from django.utils import timezone
-
+from workflows import clock
 from workflows.engine import leases, messages
 from workflows.models import Run, RunEvent, StepRun
 
@@ -62,7 +61,7 @@ def run_move(
 ) -> None:
     """Move `run` to state `to`; update `fields` too; record the transition."""
     allowed = list(allowed_from)
-    now = timezone.now()
+    now = clock.now()
     changes: dict[str, Any] = {"state": to, **fields}
     if message is not None:
         changes["message"] = message
@@ -105,7 +104,7 @@ def step_move(
     allowed = list(allowed_from)
     changes: dict[str, Any] = {"state": to, **fields, **LEASE_FREE}
     if to in StepRun.FINISHED:
-        changes.setdefault("finished_at", timezone.now())
+        changes.setdefault("finished_at", clock.now())
         changes.setdefault("due_at", None)
     rows = StepRun.objects.filter(pk=step.pk, state__in=allowed)
     if lease is not None:

@@ -15,8 +15,9 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from hooksvc.contract import catalog, wire
+from workflows import clock
 from workflows.definitions import typed
-from workflows.engine import clock, messages
+from workflows.engine import messages
 from workflows.hookpath import backlog, bypass, retry
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run

@@ -18,7 +18,8 @@ import time
 
 from django.db import DatabaseError, close_old_connections, connection
 
-from workflows.engine import clock, sql
+from workflows import clock
+from workflows.engine import sql
 
 logger = logging.getLogger(__name__)
 

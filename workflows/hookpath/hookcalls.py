@@ -19,9 +19,9 @@ import time
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
-from django.utils import timezone
 
 from hooksvc.contract import wire
+from workflows import clock
 from workflows.engine import sql
 from workflows.hookpath import selection
 from workflows.models import HookCall
@@ -53,7 +53,7 @@ def record(
     global _dropped
     row = HookCall(
         # The time of the call, not of the write.
-        at=timezone.now(),
+        at=clock.now(),
         hook=call.hook.name,
         handler=handler,
         cluster_key=call.cluster.key,
@@ -152,7 +152,7 @@ def _flush_forever() -> None:
 
 def prune(batch: int = 10_000) -> int:
     """Delete calls older than the retention, in batches so that no lock is held for long."""
-    cutoff = timezone.now() - datetime.timedelta(days=settings.HOOK_CALL_RETENTION_DAYS)
+    cutoff = clock.now() - datetime.timedelta(days=settings.HOOK_CALL_RETENTION_DAYS)
     deleted = 0
     while True:
         ids = list(HookCall.objects.filter(at__lt=cutoff).values_list("pk", flat=True)[:batch])

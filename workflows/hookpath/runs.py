@@ -19,8 +19,9 @@ import psycopg
 from django.db import IntegrityError, connection, transaction
 
 from hooksvc.contract import wire
+from workflows import clock
 from workflows.definitions import spec, typed
-from workflows.engine import clock, dispatch, messages, sql
+from workflows.engine import dispatch, messages, sql
 from workflows.hookpath import bypass, retry, selection
 from workflows.models import Run, WorkflowTemplate
 

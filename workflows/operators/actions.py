@@ -17,8 +17,9 @@ import logging
 from django.db import transaction
 from django.db.models import Q, QuerySet
 
+from workflows import clock
 from workflows.definitions import typed
-from workflows.engine import cleanups, clock, dispatch, messages, observe, transitions
+from workflows.engine import cleanups, dispatch, messages, observe, transitions
 from workflows.models import Run, RunEvent, StepRun
 from workflows.operators import access, reasons
 from workflows.steps import memo as memo_keys

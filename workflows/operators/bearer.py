@@ -27,7 +27,7 @@ from joserfc import jwt
 from joserfc.errors import ExpiredTokenError, InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
 
-from workflows.engine import clock
+from workflows import clock
 from workflows.models import Identity
 from workflows.operators import access, identities, oidc, roles
 from workflows.operators.tokens import Refused

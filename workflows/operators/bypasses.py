@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from hooksvc.contract import catalog
-from workflows.engine import clock
+from workflows import clock
 from workflows.hookpath import bypass as hook_bypass
 from workflows.hookpath import labelselector
 from workflows.models import Bypass

@@ -25,7 +25,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from workflows.engine import clock
+from workflows import clock
 from workflows.models import ApiToken
 from workflows.operators import access, roles
 

@@ -54,15 +54,14 @@ import shutil
 import subprocess  # nosec B404
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 from django.conf import settings
 
-from workflows import errors
+from workflows import clock, errors
 from workflows.kube import k8s
 from workflows.steps import objects, registry
 
@@ -79,9 +78,6 @@ CLOCK_SLACK_SECONDS = 30.0
 #: run and step labels alone do not tell who made a revision; this one matches only there.
 REVISION_LABEL = "hooksvc.io/revision"
 CRD_API = "apiextensions.k8s.io/v1"
-
-#: Tests move it to make a pending revision old.
-clock: Callable[[], float] = time.time
 
 _UNREACHABLE = ("no such host", "connection refused", "i/o timeout", "cannot be reached")
 
@@ -397,7 +393,7 @@ def _recover_earlier(
     if not _made_here(ctx, pending):
         raise errors.TemporaryError(busy)
     deadline, grace = limits()
-    age = clock() - float(pending.get("createdAt") or 0)
+    age = clock.epoch() - float(pending.get("createdAt") or 0)
     wait = deadline + grace + CLOCK_SLACK_SECONDS - age
     if wait > 0:
         raise errors.TemporaryError(busy, delay=wait)

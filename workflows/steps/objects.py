@@ -8,11 +8,10 @@ an unreachable API server is a `TemporaryError`, retried by the engine.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from workflows import errors
+from workflows import clock, errors
 from workflows.kube import k8s, manifests
 from workflows.steps import registry
 
@@ -145,7 +144,7 @@ def wait_or_fail(
     """Poll again after `after` seconds; when the step's timeout comes first, look once more
     just before it, and then fail with `failure` (a fixed text: it reaches CAPI)."""
     if ctx.deadline is not None:
-        left = (ctx.deadline - datetime.datetime.now(datetime.UTC)).total_seconds()
+        left = (ctx.deadline - clock.now()).total_seconds()
         if left <= DEADLINE_MARGIN_SECONDS:
             raise errors.PermanentError(failure, output=output)
         after = min(after, left - DEADLINE_MARGIN_SECONDS)

@@ -19,7 +19,7 @@ pkg/common/pod.go, `containerErrorReasons`); without that, a step polls until it
 (two hours for conformance) for an image that will never be pulled. Each of them can also
 resolve by itself (a registry briefly down, a Node the autoscaler adds, a Secret another
 step creates, a quota freed), so a step fails only when the trouble lasted `grace` seconds
-without a break, measured on this process's clock (`clock`, which tests move). The steps'
+without a break, measured on the project's clock (workflows.clock, which tests hold). The steps'
 default, 300 s (`stuckGraceSeconds`), outlasts the retries that could end it: the Job
 controller tries a refused create again at least every 60 s (MaxJobApiBackOff), the kubelet
 a config or create error every 10 s (pod_workers.go) and a pull at least every 300 s
@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
+from workflows import clock
 from workflows.kube import k8s
 
 #: Waiting reasons of a container that will not start by itself, and what they mean.
@@ -59,8 +59,6 @@ POD_REASONS = {
 #: What the API server, the kubelet or the scheduler said, kept in the output (never in a
 #: message).
 DETAIL_CHARS = 500
-
-clock: Callable[[], float] = time.time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,8 +127,8 @@ def stuck(memo: MutableMapping[str, Any], found: Trouble | None, grace: float) -
     if found is None:
         memo.pop("troubleSince", None)
         return False
-    since = float(memo.setdefault("troubleSince", clock()))
-    return clock() - since >= grace
+    since = float(memo.setdefault("troubleSince", clock.epoch()))
+    return clock.epoch() - since >= grace
 
 
 def log(api: k8s.ApiClient, namespace: str, pod: str, *, what: str, **options: Any) -> str:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
+from workflows import clock
 from workflows.steps import registry
 
 #: How long past its end a timer may go unpolled before it shows as stalled.
@@ -25,7 +25,7 @@ def _normal(params: Mapping[str, Any]) -> int:
 )
 def wait(ctx: registry.StepContext) -> registry.Outcome:
     """Waits `seconds` from the step's first run."""
-    now = time.time()
+    now = clock.epoch()
     # The first call fixes the end; a re-run after a crash keeps the same end.
     until = ctx.memo.setdefault("until", now + float(ctx.params["seconds"]))
     if now >= until:
