@@ -161,7 +161,7 @@ def test_a_lease_that_passes_mid_step_drops_the_late_outcome_and_the_next_attemp
 def test_a_first_poll_whose_lease_passed_is_dropped_on_the_one_statement_path_too(
     later: Callable[[float], datetime.datetime], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A first poll is written on its step's row alone (sql.RECORD_FIRST_POLL), by the same
+    """A first poll is written on its step's row alone (stepstate.RECORD_FIRST_POLL), by the same
     compare-and-set on its lease: once the lease passed and the step was claimed again, the
     late poll is dropped and logged, and the next attempt's is recorded."""
     run = _run("poller", [{"name": "poll", "type": "count_poll", "with": {"every": 2, "polls": 2}}])

@@ -28,7 +28,7 @@ from workflows.operators import actions
 pytestmark = pytest.mark.django_db
 
 #: The most queries one further `noop` step in a chain may cost: one statement records its
-#: success by lease and claims the next (sql.SUCCEED_AND_CLAIM_NEXT); in a test case, the
+#: success by lease and claims the next (stepstate.SUCCEED_AND_CLAIM_NEXT); in a test case, the
 #: check that no transaction of the engine's is open while the step runs adds a savepoint
 #: and its release.
 QUERIES_PER_CHAINED_NOOP_STEP = 3
@@ -129,7 +129,8 @@ def test_a_repeated_poll_updates_only_its_step(
 
 
 def _count_chain_records(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The steps whose success the chain's one statement records (sql.SUCCEED_AND_CLAIM_NEXT)."""
+    """The steps whose success the chain's one statement records
+    (stepstate.SUCCEED_AND_CLAIM_NEXT)."""
     calls: list[int] = []
     succeed = attempts._succeed_and_claim_next
 

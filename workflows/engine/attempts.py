@@ -44,6 +44,7 @@ from workflows.engine import (
     messages,
     observe,
     sql,
+    stepstate,
     transitions,
 )
 from workflows.engine.claims import Attempt, claim
@@ -199,7 +200,7 @@ def record(results: Iterable[Result], *, claim_next: bool = False) -> Recorded:
 
     `claim_next` is the fast path of a chain of steps, for one result that
     `can_claim_next`: one statement locks the run, records the success and claims the
-    inline steps it makes due (see sql.SUCCEED_AND_CLAIM_NEXT); what it cannot decide
+    inline steps it makes due (see stepstate.SUCCEED_AND_CLAIM_NEXT); what it cannot decide
     alone (the run's end, a join of branches, other step types) is left to scheduling.
     """
     results = list(results)
@@ -228,7 +229,7 @@ def can_claim_next(result: Result) -> bool:
 
 def starts_waiting_alone(result: Result) -> bool:
     """A first poll that its run's answer does not show: the step's type declares no
-    waiting message and waits for no person (see sql.RECORD_FIRST_POLL)."""
+    waiting message and waits for no person (see stepstate.RECORD_FIRST_POLL)."""
     step = result.attempt.step
     return (
         step.state == StepRun.State.READY
@@ -262,7 +263,7 @@ def record_first_poll(result: Result) -> bool:
         "started_at": fields["started_at"],
         "run_message": messages.run_running_step(attempt.run.template_name, step.name),
     }
-    if not sql.fetch(sql.RECORD_FIRST_POLL, params):
+    if not stepstate.record_first_poll(params):
         return False
     for name, value in {**fields, "state": decision.state}.items():
         setattr(step, name, value)
@@ -293,8 +294,7 @@ def _succeed_and_claim_next(result: Result) -> Recorded:
         "expires": now + datetime.timedelta(seconds=seconds),
         "inline": registry.inline_names(),
     }
-    names = ["recorded", *sql.CLAIM_COLUMNS]
-    rows = sql.rows(sql.SUCCEED_AND_CLAIM_NEXT, params, names)
+    rows = stepstate.succeed_and_claim_next(params)
     if not rows:
         return Recorded([None], next=None)  # the run is not running: scheduling decides
     if not rows[0]["recorded"]:
@@ -325,12 +325,12 @@ def _record_repeats(results: Sequence[Result]) -> set[int]:
     if not results:
         return set()
     decisions = {r.attempt.step.pk: decide(r) for r in results}
-    columns: dict[str, list[Any]] = {name: [] for name in sql.RECORD_REPEAT_ARRAYS}
+    columns: dict[str, list[Any]] = {name: [] for name in stepstate.RECORD_REPEAT_ARRAYS}
     for result in results:
         fields = decisions[result.attempt.step.pk].fields
         columns["id"].append(result.attempt.step.pk)
         columns["claims"].append(result.attempt.lease.token)
-        for name in sql.RECORD_REPEAT_ARRAYS[2:]:
+        for name in stepstate.RECORD_REPEAT_ARRAYS[2:]:
             value = fields.get(name)
             columns[name].append(
                 json.dumps(value) if name in ("memo", "output") and value is not None else value
@@ -338,9 +338,7 @@ def _record_repeats(results: Sequence[Result]) -> set[int]:
     owner = results[0].attempt.lease.owner
     with transaction.atomic():
         sql.execute(sql.ASYNCHRONOUS_COMMIT)
-        written = {
-            row["id"] for row in sql.rows(sql.RECORD_REPEATS, [*columns.values(), owner], ["id"])
-        }
+        written = stepstate.record_repeats(columns, owner)
         for result in results:
             step = result.attempt.step
             if step.pk not in written:
@@ -379,7 +377,7 @@ def _record_change(result: Result) -> Decision | None:
     fields = observe.log_fields(run, step)
     retried = decision.state == StepRun.State.READY
     try:
-        transitions.step_move(
+        stepstate.move(
             step,
             decision.state,
             allowed_from=StepRun.DUE,
@@ -388,7 +386,7 @@ def _record_change(result: Result) -> Decision | None:
             record=False if retried else None,
             **decision.fields,
         )
-    except transitions.LeaseLost:
+    except stepstate.LeaseLost:
         _dropped(result)
         return None
     if retried:

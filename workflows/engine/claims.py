@@ -6,7 +6,7 @@ claimed row bumps the step's claim counter, the lease's token, and names this pr
 its owner until the lease's expiry: its call's bound (StepRun.call_timeout_seconds) and the
 claim's own length more. Before it claims, this process makes sure its heartbeat is fresh
 (workflows.engine.leases), so that no reaper takes it for dead with a lease just claimed.
-`attempt_of` reads a claimed row (the chain's statement, sql.SUCCEED_AND_CLAIM_NEXT, claims
+`attempt_of` reads a claimed row (the chain's statement, stepstate.SUCCEED_AND_CLAIM_NEXT, claims
 rows of the same shape).
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 
 from workflows import clock
-from workflows.engine import leases, sql
+from workflows.engine import leases, stepstate
 from workflows.models import Run, StepRun
 
 
@@ -59,26 +59,27 @@ def claim(
     owner = leases.owner()
     now = now or clock.now()
     expires = now + datetime.timedelta(seconds=seconds)
-    params: dict[str, Any] = {"now": now, "owner": owner, "expires": expires}
     if limit:
-        statement, params["limit"] = sql.CLAIM_DUE_WAITING, limit
+        rows = stepstate.claim_due_waiting(limit, now=now, owner=owner, expires=expires)
     else:
-        statement = sql.CLAIM_PROMOTED if promote else sql.CLAIM_STEPS
-        params["ids"] = list(step_ids)
-    rows = sql.rows(statement, params, sql.CLAIM_COLUMNS)
+        rows = stepstate.claim_steps(
+            step_ids, now=now, owner=owner, expires=expires, promote=promote
+        )
     return [attempt_of(row, owner=owner, seconds=seconds, expires=expires) for row in rows]
 
 
 def attempt_of(
     row: dict[str, Any], *, owner: str, seconds: float, expires: datetime.datetime
 ) -> Attempt:
-    row = {k: _decode_json(v) if k in sql.CLAIM_JSON_COLUMNS else v for k, v in row.items()}
+    row = {k: _decode_json(v) if k in stepstate.CLAIM_JSON_COLUMNS else v for k, v in row.items()}
     run = Run(
-        id=row["run_id"], state=Run.State.RUNNING, **{c: row[c] for c in sql.CLAIM_RUN_COLUMNS}
+        id=row["run_id"],
+        state=Run.State.RUNNING,
+        **{c: row[c] for c in stepstate.CLAIM_RUN_COLUMNS},
     )
     bound = float(row["call_timeout_seconds"] or 0)
     step = StepRun(
-        **{c: row[c] for c in sql.CLAIM_STEP_COLUMNS if c != "run_id"},
+        **{c: row[c] for c in stepstate.CLAIM_STEP_COLUMNS if c != "run_id"},
         lease_owner=owner,
         lease_expires_at=expires + datetime.timedelta(seconds=bound),
     )

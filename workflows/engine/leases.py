@@ -41,7 +41,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from workflows import clock
-from workflows.engine import sql
+from workflows.engine import sql, stepstate
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +257,7 @@ def _extend(leases: Sequence[Lease]) -> None:
     ids = [lease.step_id for lease in leases]
     tokens = [lease.token for lease in leases]
     expires = [expiry(lease.seconds) for lease in leases]
-    extended = sql.execute(sql.EXTEND_LEASES, [ids, tokens, expires, owner()])
+    extended = stepstate.extend_leases(ids, tokens, expires, owner())
     logger.debug(
         "step leases extended",
         extra={"action": "lease_extended", "steps": ids, "extended": extended},
@@ -267,9 +267,8 @@ def _extend(leases: Sequence[Lease]) -> None:
 def _free(leases: Sequence[Lease]) -> None:
     """End the leases this process still holds of outcomes it could not record; one statement.
     Their steps are due: the reconciler or the batch poller attempts them again."""
-    freed = sql.execute(
-        sql.FREE_LEASES,
-        [[lease.step_id for lease in leases], [lease.token for lease in leases], owner()],
+    freed = stepstate.free_leases(
+        [lease.step_id for lease in leases], [lease.token for lease in leases], owner()
     )
     logger.warning(
         "leases of unrecorded outcomes freed",

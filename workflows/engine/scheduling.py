@@ -36,6 +36,7 @@ from workflows.engine import (
     observe,
     sql,
     stalls,
+    stepstate,
     transitions,
 )
 from workflows.models import Run, StepRun
@@ -361,9 +362,7 @@ def _bound(type_name: str) -> tuple[int, int | None]:
 
 def _promote(steps: list[StepRun], now: datetime.datetime) -> None:
     for step in steps:
-        transitions.step_move(
-            step, StepRun.State.READY, allowed_from=[StepRun.State.PENDING], due_at=now
-        )
+        stepstate.move(step, StepRun.State.READY, allowed_from=[StepRun.State.PENDING], due_at=now)
 
 
 def _settle(run: Run, steps: list[StepRun], now: datetime.datetime, *, message: bool) -> None:
@@ -442,7 +441,7 @@ def _deadline_act(run: Run, steps: list[StepRun]) -> None:
     if action == typed.FAIL:
         for step in steps:
             if step.state not in StepRun.FINISHED:
-                transitions.step_move(
+                stepstate.move(
                     step, StepRun.State.CANCELLED, allowed_from=[step.state], record=False
                 )
         cleanups.after_stop(s for s in steps if s.state == StepRun.State.CANCELLED)

@@ -1,16 +1,11 @@
-"""Every state change of runs and steps, as compare-and-set updates that also write the audit trail.
+"""A run's state changes and the audit trail (RunEvent) of runs and steps.
 
-`run_move` and `step_move` update a row only if it is still in one of the states the
-caller expected, and record a RunEvent in the same transaction. When the row has moved
-on (another worker, an operator), they raise `InvalidTransition` and change nothing.
-An attempt records its outcome with its lease (workflows.engine.leases): the row must
-still carry the lease's token and owner, else `LeaseLost`. Every move of a step ends any
-lease on it, so an attempt that was running meanwhile finds its lease lost.
-
-A step's routine progress (promoted, started waiting, succeeded) is recorded by its own
-StepRun row (state, started and finished times), so it writes no RunEvent: the history
-keeps run transitions, a step's failures, retries, skips and cancellations, and every
-operator action.
+`run_move` updates a run only if it is still in one of the states the caller expected, and
+records a RunEvent in the same transaction; when the row has moved on (another worker, an
+operator), it raises `InvalidTransition` and changes nothing. A step's moves are written by
+the one writer of a step's state, workflows.engine.stepstate (`step_move` here is its
+`move`); `retry_record` and `action_record` keep a step's retries and operators' actions
+in the history.
 """
 
 from __future__ import annotations
@@ -20,33 +15,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from workflows import clock
-from workflows.engine import leases, messages
+from workflows.engine import messages, stepstate
 from workflows.models import Run, RunEvent, StepRun
 
-
-class InvalidTransition(Exception):
-    """The row was not in a state the transition starts from."""
-
-
-class LeaseLost(InvalidTransition):
-    """The step no longer carries the attempt's lease: it passed and was claimed again, or
-    someone else (an operator, the deadline) moved the step on."""
-
-
-#: What ends a lease: every move of a step writes these.
-LEASE_FREE = {"lease_owner": "", "lease_expires_at": None}
-
-
-_S = StepRun.State
-#: Step transitions the StepRun row records well enough on its own (see the docstring).
-ROUTINE_STEP_MOVES = frozenset(
-    {
-        (_S.PENDING, _S.READY),
-        (_S.READY, _S.WAITING),
-        (_S.READY, _S.SUCCEEDED),
-        (_S.WAITING, _S.SUCCEEDED),
-    }
-)
+#: A step's moves are the one writer's (workflows.engine.stepstate); the names stay here for
+#: the callers that move runs and steps together (operator actions).
+InvalidTransition = stepstate.InvalidTransition
+LeaseLost = stepstate.LeaseLost
+LEASE_FREE = stepstate.LEASE_FREE
+step_move = stepstate.move
 
 
 def run_move(
@@ -82,51 +59,6 @@ def run_move(
             actor=actor,
             reason=reason,
             message=run.message,
-        )
-
-
-def step_move(
-    step: StepRun,
-    to: str,
-    *,
-    allowed_from: Iterable[str],
-    record: bool | None = None,
-    actor: str = "",
-    reason: str = "",
-    lease: leases.Lease | None = None,
-    **fields: Any,
-) -> None:
-    """Move `step` to state `to`; update `fields` too; record the transition; end any lease.
-
-    `record` None records it unless it is routine (ROUTINE_STEP_MOVES, no actor). With
-    `lease`, only an attempt holding that lease may move it (else LeaseLost).
-    """
-    allowed = list(allowed_from)
-    changes: dict[str, Any] = {"state": to, **fields, **LEASE_FREE}
-    if to in StepRun.FINISHED:
-        changes.setdefault("finished_at", clock.now())
-        changes.setdefault("due_at", None)
-    rows = StepRun.objects.filter(pk=step.pk, state__in=allowed)
-    if lease is not None:
-        rows = rows.filter(claims=lease.token, lease_owner=lease.owner)
-    if not rows.update(**changes):
-        if lease is not None:
-            raise LeaseLost(f"step {step.pk} no longer carries claim {lease.token}")
-        raise InvalidTransition(f"step {step.pk} is not in {allowed}")
-    previous = step.state
-    for key, value in changes.items():
-        setattr(step, key, value)
-    if record is None:
-        record = bool(actor) or (previous, to) not in ROUTINE_STEP_MOVES
-    if record and previous != to:
-        RunEvent.objects.create(
-            run_id=step.run_id,
-            step_name=step.name,
-            kind=RunEvent.Kind.TRANSITION,
-            name=f"{previous}->{to}",
-            actor=actor,
-            reason=reason,
-            message=step.message,
         )
 
 

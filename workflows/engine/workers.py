@@ -19,7 +19,7 @@ import logging
 from django.conf import settings
 from django.db import transaction
 
-from workflows.engine import dispatch, sql
+from workflows.engine import dispatch, sql, stepstate
 from workflows.models import StepRun
 
 logger = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ def reap() -> Reaped:
         return Reaped(owners=[], steps=[])
     with transaction.atomic():
         owners = [row[0] for row in sql.fetch(sql.FORGET_DEAD_WORKERS, {"dead": _dead()})]
-        freed = sql.fetch(sql.FREE_LEASES_OF, {"owners": owners}) if owners else []
+        freed = stepstate.free_leases_of(owners) if owners else []
         dispatch.run_steps(sorted(i for i, state in freed if state == StepRun.State.READY))
     if owners:
         logger.warning(

@@ -19,7 +19,7 @@ from django.db.models import Q, QuerySet
 
 from workflows import clock
 from workflows.definitions import typed
-from workflows.engine import cleanups, dispatch, messages, observe, transitions
+from workflows.engine import cleanups, dispatch, messages, observe, stepstate, transitions
 from workflows.models import Run, RunEvent, StepRun
 from workflows.operators import access, reasons
 from workflows.steps import memo as memo_keys
@@ -273,7 +273,7 @@ def step_approve(*, run_id: int, step_name: str, actor: str | access.Actor, reas
         due = step.due_at if step.state == StepRun.State.PENDING else clock.now()
         # Ends the lease of an attempt polling it now, whose outcome ("no approval yet")
         # is then dropped rather than written over the approval.
-        StepRun.objects.filter(pk=step.pk).update(memo=memo, due_at=due, **transitions.LEASE_FREE)
+        stepstate.hand_over(step, memo=memo, due_at=due)
         _record(run, "approve", actor=who, reason=reason, step_name=step_name)
         dispatch.run_steps([step.pk])
     return run
