@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.support import capi
 from tests.support import workflows as wf
-from tests.workflows import runs
+from tests.workflows import runs, steps_for_tests  # noqa: F401  (registers count_poll)
 from workflows.engine import attempts, reconciler, scheduling
 from workflows.hookpath import answers
 from workflows.hookpath import runs as hook_runs
@@ -103,10 +103,14 @@ def test_routine_step_progress_writes_no_events_but_run_transitions_do(
 def test_a_repeated_poll_updates_only_its_step(
     sent: list[tuple[str, Any]], now: list[datetime.datetime], on_commit: Any
 ) -> None:
-    # A short wait: its polls come by countdown (a long one's by batch, see test_polls.py).
-    run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3}}])
+    # Polls 3 s apart: they come by countdown (a long wait's by batch, see test_polls.py).
+    # Not a `wait`: on the one clock (workflows.clock) a timer is over whenever it is due,
+    # so it is never polled twice.
+    steps = [{"name": "w", "type": "count_poll", "with": {"every": 3, "polls": 3}}]
+    run = _run("poller", steps)
     with on_commit(execute=True):
         scheduling.advance(run.pk)
+        scheduling.run_step(StepRun.objects.get(run=run).pk)  # its first poll
     step = StepRun.objects.get(run=run)
     assert (step.state, sent[-1]) == ("waiting", ("run_step_later", (step.pk,)))
     before = Run.objects.filter(pk=run.pk).values().get()
