@@ -52,6 +52,25 @@ def backoff(failures: int) -> float:
 ON_TIME_MAX_SECONDS = 30.0
 
 
+#: How long after a step comes due the engine has recorded its outcome and settled the run,
+#: when a countdown message polls it (the worker runs it at its ETA).
+ENGINE_MARGIN_SECONDS = 0.25
+
+
+def acts_within(state: str, ahead: float) -> float:
+    """How long after a step comes due the engine has acted on it, for a step whose due
+    time was set `ahead` seconds before: a waiting step left to the batch poller (no
+    countdown, needs_countdown) up to a beat period late, any other at its countdown.
+
+    The hook path's answer adds it to a step's recorded due_at (workflows.hookpath.retry),
+    so the rule of who polls a step, and how late, lives here alone. A timer's end polled
+    on time by a countdown (5-30 s ahead) counts as batched: only a wider margin.
+    """
+    if not needs_countdown(state, ahead):
+        return float(settings.POLL_BATCH_SECONDS) + ENGINE_MARGIN_SECONDS
+    return ENGINE_MARGIN_SECONDS
+
+
 def needs_countdown(state: str, after: float, *, on_time: bool = False) -> bool:
     """A retry and a short wait get a countdown message; a long wait is the batch poller's.
 

@@ -6,18 +6,19 @@ else happens (kubernetes-sigs/cluster-api `util/cache/cache.go` HookEntry.Should
 `exp/topology/desiredstate/lifecycle_hooks.go`, `core/reconcilers/topology/cluster/
 cluster_controller.go` and `reconcile_state.go` add the entry at `time.Now() +
 retryAfterSeconds`). A fixed answer therefore holds the cluster up to that long after the work
-is done. This module answers with the time until the run's recorded state can next change:
-a `wait` step's end or a waiting step's next poll (its `due_at`), a retry's backoff (a ready
-step's `due_at`), a step's timeout, the run's deadline, or a pending run's next start check,
-or, when later, the least time its template takes from its start (`least_seconds`: the
-longest path of `wait` steps through dependsOn; a run cannot succeed before, so CAPI's
-second call comes at its end, not a second after the first to learn it);
-plus a margin for the engine to act, rounded up to whole seconds, never above the
-template's `retryAfterSeconds` and never below 1. When that moment has passed and the
-engine has not acted yet (the broker down, or an attempt that holds the step's lease while
-its code runs), it answers about as long as the engine is late, so that calls thin out
-instead of coming every second. A run that waits only for a person (an approval) answers
-the template's `approvalRetryAfterSeconds`, else its `retryAfterSeconds`.
+is done. This module answers with the time until the run's recorded state can next change,
+from the times the engine recorded: a waiting step's next poll (its `due_at`, a timer's end
+included), a retry's backoff (a ready step's `due_at`), a step's timeout (its `started_at`
+and `timeoutSeconds`), the run's deadline, or a pending run's next start check, or, when
+later, the least time its template takes from its start (`least_seconds`: the longest path
+through dependsOn of the least time each step's type declares; a run cannot succeed before,
+so CAPI's second call comes at its end, not a second after the first to learn it);
+plus the margin the engine's rule gives it to act (policy.acts_within), rounded up to whole
+seconds, never above the template's `retryAfterSeconds` and never below 1. When that moment
+has passed and the engine has not acted yet (the broker down, or an attempt that holds the
+step's lease while its code runs), it answers about as long as the engine is late, so that
+calls thin out instead of coming every second. A run that waits only for a person (an
+approval) answers the template's `approvalRetryAfterSeconds`, else its `retryAfterSeconds`.
 
 Two rules round this out:
 
@@ -50,16 +51,16 @@ from typing import Any
 from django.conf import settings
 
 from workflows.definitions import typed
+from workflows.engine import policy
 from workflows.models import Run, StepRun
+from workflows.steps import registry
 
-#: How long after a step comes due the engine has recorded its outcome and settled the run,
-#: when a countdown message polls it (the worker runs it at its ETA).
-ENGINE_MARGIN_SECONDS = 0.25
+#: How long after a step comes due the engine has acted, polled by a countdown (the
+#: engine's rule: workflows.engine.policy.acts_within).
+ENGINE_MARGIN_SECONDS = policy.ENGINE_MARGIN_SECONDS
 #: A lingering call first re-reads this long after the change's moment: a countdown's outcome
 #: was recorded 10-30 ms after it in the fleet benchmark.
 SETTLE_SECONDS = 0.05
-#: The step type that cannot end before its `seconds` (workflows.steps.wait).
-WAIT_TYPE = "wait"
 
 
 def engine_behind(late: float) -> bool:
@@ -153,21 +154,16 @@ def _step_changes(step: StepTimes, now: datetime.datetime) -> list[Change]:
 
 
 def _margin(step: StepTimes, due_at: datetime.datetime, now: datetime.datetime) -> float:
-    """A waiting step due this far ahead is polled by a batch, up to a beat period late.
+    """How long after its recorded due_at the engine has acted on the step, by the engine's
+    own rule (policy.acts_within) for a poll set that far ahead.
 
     How far ahead its poll was set is measured from when it started (its last poll is not
     read), so that a batched step keeps its margin once it is due: a step polled often for
-    long is taken for a batched one, which only widens its margin. So is a `wait` of 5-30 s,
-    polled on time by a countdown (attempts.ON_TIME_MAX_SECONDS): a call that comes before
-    it lingers through the change all the same.
+    long is taken for a batched one, which only widens its margin; a call that comes before
+    the change lingers through it all the same.
     """
     since = min(step.started_at or now, now)
-    if (
-        step.state == StepRun.State.WAITING
-        and (due_at - since).total_seconds() >= settings.POLL_BATCH_MIN_WAIT_SECONDS
-    ):
-        return settings.POLL_BATCH_SECONDS + ENGINE_MARGIN_SECONDS
-    return ENGINE_MARGIN_SECONDS
+    return policy.acts_within(step.state, (due_at - since).total_seconds())
 
 
 def awaiting_person(steps: Iterable[StepTimes]) -> bool:
@@ -232,9 +228,9 @@ def run_wait(
 
 def least_seconds(spec: typed.Template) -> float:
     """The least time a run of `spec` takes from its start to succeed: the longest path
-    through its steps' dependsOn DAG, a `wait` step weighing its `seconds` (it waits that long
-    from its first run, workflows.steps.wait; at most its `timeoutSeconds`, when it fails)
-    and any other step 0.
+    through its steps' dependsOn DAG, each step weighing the least time its type declares
+    (StepType.least_seconds: a `wait`'s `seconds`, workflows.steps.wait; at most its
+    `timeoutSeconds`, when it fails), so no step type is known here by name.
 
     A run succeeds only once every step is done (engine.scheduling._settle: StepRun.DONE,
     succeeded or skipped), and a step runs only once its dependencies are done
@@ -264,12 +260,8 @@ _least_lock = threading.Lock()
 
 
 def _duration(step: typed.Step) -> float:
-    if step.type != WAIT_TYPE:
-        return 0.0
-    wait = step.params.get("seconds")
-    if isinstance(wait, bool) or not isinstance(wait, int | float) or wait <= 0:
-        return 0.0
-    return float(min(wait, step.timeout_seconds)) if step.timeout_seconds else float(wait)
+    least = registry.least_seconds(step.type, step.params)
+    return min(least, float(step.timeout_seconds)) if step.timeout_seconds else least
 
 
 def _longest_path(steps: Sequence[typed.Step]) -> float:

@@ -285,6 +285,11 @@ class StepType:
         bound = self.stall_seconds
         return max(0, int(bound(params) if callable(bound) else bound))
 
+    #: The least time a step of this type takes from its first run, given its params (a
+    #: timer's `seconds`); None: it may end at once. The hook path's answer for a run not
+    #: started yet counts it (workflows.hookpath.retry.least_seconds).
+    least_seconds: Callable[[Mapping[str, Any]], float] | None = None
+
     def asks(self, params: Mapping[str, Any]) -> str:
         """What a step of this type asks a person (its `with.message`); "" if it asks nothing."""
         return asks(params, waits_for_person=self.waits_for_person)
@@ -308,6 +313,7 @@ def step_type(
     waits_for_person: bool = False,
     stall_seconds: StallBound | None = None,
     says_own_wait: bool = False,
+    least_seconds: Callable[[Mapping[str, Any]], float] | None = None,
 ) -> Callable[[StepFunction], StepFunction]:
     """Register a step type under `name`; registering a name twice is an error.
 
@@ -344,6 +350,7 @@ def step_type(
             waits_for_person=waits_for_person,
             stall_seconds=stall_seconds,
             says_own_wait=says_own_wait,
+            least_seconds=least_seconds,
         )
         return func
 
@@ -393,6 +400,19 @@ def says_own_wait(name: str) -> bool:
     """Whether a waiting step of type `name` gives its run its own message."""
     step = find(name)
     return step is not None and step.says_own_wait
+
+
+def least_seconds(name: str, params: Mapping[str, Any]) -> float:
+    """The least time a step of type `name` with `params` takes (StepType.least_seconds);
+    0 for an unknown type, one that declares none, or params that do not say (a row edited
+    by hand: only ever less)."""
+    step_type = find(name)
+    if step_type is None or step_type.least_seconds is None:
+        return 0.0
+    try:
+        return max(0.0, float(step_type.least_seconds(params)))
+    except (KeyError, TypeError, ValueError):
+        return 0.0
 
 
 def waiting_message(name: str) -> str:

@@ -17,11 +17,20 @@ def _normal(params: Mapping[str, Any]) -> int:
     return int(float(params.get("seconds") or 0)) + STALL_SLACK_SECONDS
 
 
+def _seconds(params: Mapping[str, Any]) -> float:
+    """A wait takes its `seconds` (a bool is no number of seconds)."""
+    seconds = params["seconds"]
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return 0.0
+    return float(seconds)
+
+
 @registry.step_type(
     "wait",
     params={"seconds": registry.Param((int, float), required=True, minimum=0)},
     inline=True,
     stall_seconds=_normal,
+    least_seconds=_seconds,
 )
 def wait(ctx: registry.StepContext) -> registry.Outcome:
     """Waits `seconds` from the step's first run."""
