@@ -16,7 +16,7 @@ from django.test import Client
 from tests.api.conftest import Api, make_token, waiting_run
 from tests.identity.conftest import sign_in
 from tests.support import oidc
-from workflows.engine import clock
+from workflows import clock
 from workflows.models import Run, StepRun
 from workflows.operators import bypasses
 

@@ -4,11 +4,20 @@
 - `attempts`: attempt one step (call its function once, record the outcome, retry policy).
 - `polls`: batched polls of steps that wait long.
 - `reconciler`: re-enqueue work whose wake-up is overdue.
-- `transitions`: every state change, compare-and-set, with its audit event.
+- `stepstate`: the one writer of a step's state, lease and attempt fields.
+- `policy`: the rules of a step's life (`decide`: retries, the error budget, the next poll).
+- `transitions`: a run's state changes, compare-and-set, and the audit trail.
 - `cleanups`: a step type's cleanup after its step stopped early.
 - `dispatch`: every message to the broker, after commit. `observe`: events for metrics.
-- `messages`: every deterministic message. `sql`: every hand-written statement.
-- `clock`: the time, one seam for tests.
+- `messages`: every deterministic message. `sql`: the other hand-written statements.
+
+The time is read through the project's one clock, workflows.clock (the step types read it
+too, so it sits below them); `workflows.engine.clock` is the same module, for code written
+before it moved.
 
 The hook path (workflows.hookpath) creates runs and wakes the engine through `dispatch`.
 """
+
+from __future__ import annotations
+
+from workflows import clock  # noqa: F401  (the same module under its old name)

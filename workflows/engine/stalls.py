@@ -49,7 +49,7 @@ from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Coalesce, Now
 from django.db.models.lookups import LessThan
 
-from workflows.engine import dispatch
+from workflows.engine import dispatch, stepstate
 from workflows.models import Run, StepRun
 from workflows.steps import registry
 
@@ -211,7 +211,7 @@ def notice(now: datetime.datetime | None = None, limit: int = NOTICE_LIMIT) -> i
         )
         if not found:
             return 0
-        StepRun.objects.filter(pk__in=[s.pk for s in found]).update(stall_noticed_at=_at(now))
+        stepstate.note_stalls([s.pk for s in found], _at(now))
         for step in found:
             dispatch.cluster_event(step.run_id, STALLED, message(step, step.run))
     for step in found:

@@ -9,7 +9,8 @@ fields goes through a named function of this module, so the rules live in one pl
   outcome by its lease in one statement each (the fast paths of workflows.engine.attempts).
 - `extend_leases`, `free_leases` and `free_leases_of` are the heartbeat's and the reaper's
   (workflows.engine.leases, workflows.engine.workers); `hand_over` gives a step's memo to
-  its next attempt now (an approval), ending the lease of one polling it.
+  its next attempt now (an approval), ending the lease of one polling it; `make_due` wakes
+  steps (a rollout's gates); `note_stalls` records a stall's notice.
 
 Every write here ends or checks a lease, so an attempt whose step moved meanwhile finds
 its lease lost and its outcome is dropped. Whether a move is allowed and what it writes
@@ -109,6 +110,18 @@ def move(
             reason=reason,
             message=step.message,
         )
+
+
+def make_due(ids: Sequence[int], at: datetime.datetime) -> int:
+    """Make the steps `ids` due at `at` (an operator let their gates go on); a lease on one
+    stays: its attempt is polling it and sees the change as it does. How many."""
+    return StepRun.objects.filter(pk__in=list(ids)).update(due_at=at)
+
+
+def note_stalls(ids: Sequence[int], at: Any) -> int:
+    """Record that the stall of the steps `ids` was noticed (its Event sent) at `at` (a time,
+    or the database's clock as an expression); how many."""
+    return StepRun.objects.filter(pk__in=list(ids)).update(stall_noticed_at=at)
 
 
 def hand_over(step: StepRun, *, memo: dict[str, Any], due_at: datetime.datetime | None) -> None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from workflows.engine import clock, messages, stalls
+from workflows import clock
+from workflows.engine import messages, stalls
 from workflows.hookpath import bypass as hook_bypass
 from workflows.models import HookCall, KnownCluster, Run, StepRun
 from workflows.operators import access, bypasses, holding, selectors, states

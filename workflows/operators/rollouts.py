@@ -18,7 +18,8 @@ from typing import Any
 
 from django.db import transaction
 
-from workflows.engine import clock, dispatch
+from workflows import clock
+from workflows.engine import dispatch, stepstate
 from workflows.models import Run, RunEvent, StepRun
 from workflows.operators import access, reasons
 from workflows.rollout_actions import RolloutAction
@@ -210,7 +211,7 @@ def _act(
             .select_for_update(skip_locked=True, of=("self",))
             .values_list("pk", "run_id", "name")
         )
-        StepRun.objects.filter(pk__in=[pk for pk, _, _ in gates]).update(due_at=now)
+        stepstate.make_due([pk for pk, _, _ in gates], now)
         # Each held run's history says who let it go on, or stopped it, and why.
         RunEvent.objects.bulk_create(
             RunEvent(

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from hooksvc.contract import catalog, wire
+from workflows import clock
 from workflows.definitions import typed
-from workflows.engine import clock
 from workflows.hookpath import retry, selection
 from workflows.models import WorkflowTemplate
 from workflows.operators import access, durations

@@ -24,7 +24,7 @@ from typing import Any
 from django.conf import settings
 
 from hooksvc.contract import wire
-from workflows import errors
+from workflows import clock, errors
 from workflows.models import Run
 from workflows.rollout_actions import RolloutAction
 from workflows.steps import registry
@@ -194,7 +194,7 @@ def waits_message(params: Mapping[str, Any], version: str) -> str:
 )
 def gate(ctx: registry.StepContext) -> registry.Outcome:
     """Waits until enough canary clusters passed their upgrade to the same version."""
-    now = ctx.now or datetime.datetime.now(datetime.UTC)
+    now = ctx.now or clock.now()
     version = target_version(ctx.run_context)
     if not version:
         raise errors.PermanentError(f"a gate needs the upgrade's target version ({GATE_HOOK})")

@@ -73,7 +73,7 @@ class StepContext:
     #: When the engine fails the step for its timeoutSeconds (None: no timeout, or not
     #: started yet), so that a step can fail a little before, saying what it waited for.
     deadline: datetime.datetime | None = None
-    #: The attempt's time, from the engine's clock (workflows.engine.clock), which tests
+    #: The attempt's time, from the project's clock (workflows.clock), which tests
     #: hold: a step that reads the time reads it here. None: called outside the engine.
     now: datetime.datetime | None = None
 

@@ -16,10 +16,10 @@ has its own `window` step (docs/rollouts.md).
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping
 from typing import Any
 
+from workflows import clock
 from workflows.models import Run, WorkflowTemplate
 from workflows.steps import registry, windows
 
@@ -99,7 +99,7 @@ PARAMS = {
 )
 def window(ctx: registry.StepContext) -> registry.Outcome:
     """Waits until a maintenance window is open."""
-    now = ctx.now or datetime.datetime.now(datetime.UTC)
+    now = ctx.now or clock.now()
     schedule = windows.schedule(_current_params(ctx))
     verdict = windows.at(schedule, now)
     if verdict.open:
