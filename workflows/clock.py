@@ -8,8 +8,9 @@ A test holds or moves the time everywhere at once by replacing `now` (or `monoto
 `monkeypatch.setattr(clock, "now", lambda: moment)`; `epoch` follows `now`.
 
 It sits at the bottom of the layers (.importlinter) so that step types may read it too.
-Worker heartbeats are the one exception: they are written and judged on the database's
-clock (workflows.engine.workers), so that hosts whose clocks differ agree.
+Worker heartbeats and a step's `progress_at` are the exceptions: they are written and
+judged on the database's clock (workflows.engine.workers, workflows.engine.stalls), so that
+hosts whose clocks differ agree.
 """
 
 from __future__ import annotations
