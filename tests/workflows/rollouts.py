@@ -5,6 +5,7 @@ main wave gated on two canaries at BeforeClusterUpgrade."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -12,8 +13,15 @@ from django.conf import settings
 from tests.support import workflows as wf
 
 
-def templates(*, poll_seconds: float = 5) -> None:
-    """`poll_seconds` at or above HOOKSVC_POLL_BATCH_MIN_WAIT_SECONDS (5): the gates are
+def templates(
+    *,
+    checks: str = "flaky",
+    gate: dict[str, Any] | None = None,
+    retry_after: int = 30,
+    poll_seconds: float = 5,
+) -> None:
+    """`checks` is the type of the second canary check (`flaky` fails); `gate` the gate's
+    `with`. `poll_seconds` at or above HOOKSVC_POLL_BATCH_MIN_WAIT_SECONDS (5): the gates are
     polled by the batch poller, so no countdown message outlives the test."""
     wf.template(
         "canary-checks",
@@ -24,15 +32,15 @@ def templates(*, poll_seconds: float = 5) -> None:
     wf.template(
         "canary-health",
         hook="AfterClusterUpgrade",
-        steps=[{"name": "health", "type": "flaky", "retries": 0, "retryForSeconds": 0}],
+        steps=[{"name": "health", "type": checks, "retries": 0, "retryForSeconds": 0}],
         clusterSelector={"matchLabels": {"health": "bad"}},
     )
-    gate = {"matchLabels": {"ring": "canary"}, "count": 2, "pollSeconds": poll_seconds}
+    gate = gate or {"matchLabels": {"ring": "canary"}, "count": 2, "pollSeconds": poll_seconds}
     wf.template(
         "wave-main",
         steps=[{"name": "canaries", "type": "gate", "with": gate}],
         clusterSelector={"matchLabels": {"ring": "main"}},
-        retryAfterSeconds=30,
+        retryAfterSeconds=retry_after,
     )
 
 

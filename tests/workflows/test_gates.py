@@ -18,6 +18,7 @@ from django.core.management import call_command
 from hooksvc.contract import catalog
 from tests.support import capi
 from tests.support import workflows as wf
+from tests.workflows import rollouts as two_wave
 from workflows.engine import scheduling
 from workflows.hookpath import answers
 from workflows.models import Run, RunEvent, StepRun
@@ -28,11 +29,8 @@ from workflows.steps import registry
 pytestmark = pytest.mark.django_db(transaction=True)
 
 VERSION = "v1.33.0"
-GATE = {
-    "name": "canaries",
-    "type": "gate",
-    "with": {"matchLabels": {"ring": "canary"}, "count": 2, "soakSeconds": 600},
-}
+#: The main wave's gate: two canaries, soaked ten minutes.
+GATE = {"matchLabels": {"ring": "canary"}, "count": 2, "soakSeconds": 600}
 
 
 def _cluster(name: str, **labels: str) -> dict[str, Any]:
@@ -50,24 +48,7 @@ def _advance_all() -> None:
 
 def _fleet(checks: str = "noop") -> None:
     """Canary checks at AfterClusterUpgrade, and the main wave gated on the canaries."""
-    wf.template(
-        "canary-checks",
-        hook="AfterClusterUpgrade",
-        steps=[{"name": "check", "type": "noop"}],
-        clusterSelector={"matchLabels": {"ring": "canary"}},
-    )
-    wf.template(
-        "canary-health",
-        hook="AfterClusterUpgrade",
-        steps=[{"name": "health", "type": checks, "retries": 0, "retryForSeconds": 0}],
-        clusterSelector={"matchLabels": {"health": "bad"}},
-    )
-    wf.template(
-        "wave-main",
-        steps=[GATE],
-        clusterSelector={"matchLabels": {"ring": "main"}},
-        retryAfterSeconds=3600,
-    )
+    two_wave.templates(checks=checks, gate=GATE, retry_after=3600)
 
 
 def _canary_passes(name: str, **labels: str) -> None:

@@ -16,7 +16,7 @@ has its own `window` step (docs/rollouts.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from workflows import clock
@@ -28,28 +28,22 @@ MAX_WAIT_SECONDS = 300.0
 WAITING = "waiting for the maintenance window"
 
 
-def _check_zone(value: str) -> str:
-    try:
-        windows.zone(value)
-    except windows.WindowError as exc:
-        raise registry.ParamError("", str(exc)) from None
-    return value
+def _checked(parse: Callable[[str], object]) -> Callable[[str], str]:
+    """A parameter's check from one of `windows`' parsers: its error is the parameter's."""
+
+    def check(value: str) -> str:
+        try:
+            parse(value)
+        except windows.WindowError as exc:
+            raise registry.ParamError("", str(exc)) from None
+        return value
+
+    return check
 
 
-def _check_time(value: str) -> str:
-    try:
-        windows.wall_time(value, "")
-    except windows.WindowError as exc:
-        raise registry.ParamError("", str(exc)) from None
-    return value
-
-
-def _check_date(value: str) -> str:
-    try:
-        windows.date(value, "")
-    except windows.WindowError as exc:
-        raise registry.ParamError("", str(exc)) from None
-    return value
+_check_zone = _checked(windows.zone)
+_check_time = _checked(lambda value: windows.wall_time(value, ""))
+_check_date = _checked(lambda value: windows.date(value, ""))
 
 
 _WEEKLY = registry.Param(
