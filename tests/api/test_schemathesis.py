@@ -17,28 +17,14 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, given, settings
-from schemathesis.checks import not_a_server_error
-from schemathesis.core.result import Err, Ok
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 from tests.api.conftest import make_token, waiting_run
-from tests.support import servers
+from tests.support import fuzz, servers
 from tests.support import workflows as wf
 from workflows.operators import bypasses
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_schema_conformance,
-]
 EXAMPLES = 10
 #: Headers the session sets for every request (the admin's token), never generated ones.
 _OURS = ("authorization", "cookie")
@@ -55,13 +41,6 @@ def api_server(
     env = {"HOOKSVC_API_RATE": "100000/min", "HOOKSVC_WEB_WORKERS": "1"}
     with servers.hook_server(tls_files.server_dir, log, extra_env=env) as server:
         yield server
-
-
-def _operations(schema: Any) -> list[Any]:
-    results = list(schema.get_all_operations())
-    errors = [r.err() for r in results if isinstance(r, Err)]
-    assert not errors, f"schemathesis cannot use the document: {errors}"
-    return [r.ok() for r in results if isinstance(r, Ok)]
 
 
 @pytest.mark.parametrize("mode", ["positive", "negative"])
@@ -81,32 +60,24 @@ def test_generated_requests_get_answers_that_conform_to_the_document(
     base_url = f"https://{api_server.host}:{api_server.port}"
     ca_file = str(api_server.ca_file)
     schema = schemathesis.openapi.from_url(f"{base_url}/api/v1/openapi.json", verify=ca_file)
-    operations = _operations(schema)
+    operations = fuzz.operations(schema)
     # Every operation of the checked-in document (tests/api/test_openapi.py: the same).
     document = json.loads((servers.ROOT / "docs" / "api-openapi.json").read_text())
     assert len(operations) == sum(len(item) for item in document["paths"].values())
     generation = schemathesis.GenerationMode(mode)
     log_before = len(api_server.log())
-    calls = 0
     with requests.Session() as session:
         session.headers["Authorization"] = f"Bearer {secret}"
-        for operation in operations:
-
-            @settings(
-                max_examples=EXAMPLES,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-            )
-            @given(case=operation.as_strategy(generation_mode=generation))
-            def check(case: schemathesis.Case[Any]) -> None:
-                nonlocal calls
-                # The session's header, not a generated one: every request is the admin's.
-                for name in [k for k in case.headers or {} if k.lower() in _OURS]:
-                    del case.headers[name]
-                response = case.call(base_url=base_url, session=session, verify=ca_file)
-                calls += 1
-                case.validate_response(response, checks=CHECKS)
-
-            check()
+        # The session's header, not a generated one: every request is the admin's.
+        calls = fuzz.exercise(
+            operations,
+            base_url=base_url,
+            session=session,
+            ca_file=ca_file,
+            mode=generation,
+            examples=EXAMPLES,
+            drop_headers=_OURS,
+        )
     assert calls >= len(operations) * 3, "schemathesis generated too few requests to mean anything"
     new_log = api_server.log()[log_before:]
     assert "Traceback" not in new_log, new_log[-3000:]
