@@ -37,5 +37,10 @@ def core(api: Api) -> Api:
 
 
 @pytest.fixture
+def batch(api: Api) -> Api:
+    return kubernetes.client.BatchV1Api(api)
+
+
+@pytest.fixture
 def custom(api: Api) -> Api:
     return kubernetes.client.CustomObjectsApi(api)

@@ -10,41 +10,16 @@ the interim conditions before the terminal ones (`FailureTarget`, `SuccessCriter
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import kubernetes
-import pytest
-
+from tests.kube_emulator.conftest import Api
 from tests.support import kube_workloads
 from tests.support.kube import KubeEmulator
 from tests.support.kube_store import Change, Store
 from tests.support.kube_workloads import Script
 
-Api = Any
 JOBS = ("batch", "v1", "jobs")
 TRACKING = "batch.kubernetes.io/job-tracking"
-
-
-@pytest.fixture
-def client(kubeconfig_path: Path) -> Iterator[Api]:
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=str(kubeconfig_path), client_configuration=configuration
-    )
-    with kubernetes.client.ApiClient(configuration) as api:
-        yield api
-
-
-@pytest.fixture
-def core(client: Api) -> Api:
-    return kubernetes.client.CoreV1Api(client)
-
-
-@pytest.fixture
-def batch(client: Api) -> Api:
-    return kubernetes.client.BatchV1Api(client)
 
 
 class _Statuses:
