@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
@@ -36,6 +37,15 @@ def worker_env(data_dir: Path, kubeconfig: Path | None = None) -> dict[str, str]
         # The management cluster (and, through its Secrets, the workload clusters).
         env["HOOKSVC_KUBECONFIG"] = str(kubeconfig)
     return env
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "it") -> float:
+    """Wait until `predicate()` holds, at most `timeout` s; return how long it took."""
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < timeout, f"{what} not reached within {timeout} s"
+        time.sleep(0.05)
+    return time.monotonic() - start
 
 
 class Worker:

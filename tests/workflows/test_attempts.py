@@ -16,7 +16,6 @@ import functools
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from django.db import connection
 
 from tests.support import capi
 from tests.support import workflows as wf
-from tests.support.worker import Worker
+from tests.support.worker import Worker, wait_for
 from tests.workflows.steps_for_tests import PREFIX
 from workflows import clock
 from workflows.engine import attempts, polls, scheduling
@@ -48,13 +47,6 @@ def _run(template: WorkflowTemplate | str, steps: list[dict[str, Any]], cluster:
     call = wf.call(cluster=capi.cluster_v1beta2(name=cluster, uid=f"uid-{cluster}"))
     [run] = hook_runs.runs_ensure(templates=[tmpl], call=call)
     return run
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "it") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
-        time.sleep(0.05)
 
 
 def _calls(client: redis.Redis, run: Run, step: str) -> int:
@@ -102,7 +94,7 @@ def test_a_steps_code_runs_with_no_transaction_open_and_no_lock_held(
         {"name": "beside", "type": "tx_probe", "dependsOn": ["n2"]},
     ]
     run = _run("probe", steps)
-    _wait_for(lambda: Run.objects.get(pk=run.pk).state in Run.FINISHED, what="the run to finish")
+    wait_for(lambda: Run.objects.get(pk=run.pk).state in Run.FINISHED, what="the run to finish")
 
     assert Run.objects.get(pk=run.pk).state == "succeeded"
     reports = [json.loads(r) for r in clean_redis.lrange(f"{PREFIX}:tx_probe:{run.pk}", 0, -1)]
@@ -300,7 +292,7 @@ def test_a_countdown_during_a_batch_poll_leaves_the_step_to_the_batch_which_reco
     step = StepRun.objects.get(run=run)
     later(61)
     batch, report = _in_thread(polls.poll_due)
-    _wait_for(lambda: bool(clean_redis.keys(f"{PREFIX}:holding:*")), what="the batch's poll")
+    wait_for(lambda: bool(clean_redis.keys(f"{PREFIX}:holding:*")), what="the batch's poll")
 
     scheduling.run_step(step.pk)  # the countdown, at the same moment
 
@@ -310,7 +302,7 @@ def test_a_countdown_during_a_batch_poll_leaves_the_step_to_the_batch_which_reco
         gate.touch()  # the batch's poll ends: the step is done
         # The batch now waits for the row: PostgreSQL says who waits on whose lock.
         holder = row_holder.info.backend_pid
-        _wait_for(lambda: _blocked_by(holder), what="the batch waiting for the row")
+        wait_for(lambda: _blocked_by(holder), what="the batch waiting for the row")
     batch.join(timeout=10)
 
     assert report == [polls.BatchReport(claimed=1, polled=1, finished=1)]
@@ -362,9 +354,7 @@ def test_a_long_step_keeps_its_lease_while_its_worker_lives(
     worker.start()
     try:
         run = _run("long", [{"name": "slow", "type": "record", "with": {"seconds": 6}}])
-        _wait_for(
-            lambda: Run.objects.get(pk=run.pk).state in Run.FINISHED, what="the run to finish"
-        )
+        wait_for(lambda: Run.objects.get(pk=run.pk).state in Run.FINISHED, what="the run to finish")
     finally:
         worker.stop()
     assert Run.objects.get(pk=run.pk).state == "succeeded"

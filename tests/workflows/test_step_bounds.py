@@ -13,8 +13,7 @@ image's) and the threads pool (`make run`) and one slot each: a step that hangs 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from django.test import override_settings
 
 from tests.support import capi
 from tests.support import workflows as wf
-from tests.support.worker import Worker
+from tests.support.worker import Worker, wait_for
 from tests.workflows.steps_for_tests import HANG_CALL_SECONDS, PREFIX
 from workflows import clock
 from workflows.engine import attempts, calls, scheduling
@@ -41,13 +40,6 @@ def _run(steps: list[dict[str, Any]], cluster: str = "c1", name: str = "bounded"
     call = wf.call(cluster=capi.cluster_v1beta2(name=cluster, uid=f"uid-{cluster}"))
     [run] = hook_runs.runs_ensure(templates=[template], call=call)
     return run
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "it") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
-        time.sleep(0.05)
 
 
 def _count(r: redis.Redis, kind: str, run: Run, step: str) -> int:
@@ -78,7 +70,7 @@ def test_a_call_past_its_steps_deadline_fails_the_step_and_its_thread_is_stopped
     assert (step.state, step.message) == ("failed", "timed out after 1 s")
     assert Run.objects.get(pk=run.pk).state == "failed"
     assert ("step_cleanup", step.pk) in sent, "what the step made is cleaned up"
-    _wait_for(lambda: _count(clean_redis, "stopped", run, "stuck") == 1, what="the stop")
+    wait_for(lambda: _count(clean_redis, "stopped", run, "stuck") == 1, what="the stop")
     assert _count(clean_redis, "returned", run, "stuck") == 0
 
 
@@ -101,7 +93,7 @@ def test_a_call_past_its_bound_before_the_deadline_is_a_temporary_error_the_budg
     scheduling.run_step(step.pk)  # the second hang in a row: past retries and retryForSeconds
     step.refresh_from_db()
     assert (step.state, step.failures, step.message) == ("failed", 2, message)
-    _wait_for(lambda: _count(clean_redis, "stopped", run, "stuck") == 2, what="both stops")
+    wait_for(lambda: _count(clean_redis, "stopped", run, "stuck") == 2, what="both stops")
 
 
 def test_a_thread_stuck_in_c_is_counted_while_it_lives(
@@ -172,9 +164,9 @@ def test_a_hanging_step_fails_at_its_timeout_and_the_slot_serves_the_next_step(
     worker.start()
     try:
         stuck = _run([{"name": "stuck", "type": "hang", "timeoutSeconds": 1}], "c1", "stuck")
-        _wait_for(lambda: _count(clean_redis, "calls", stuck, "stuck") == 1, what="the hang")
+        wait_for(lambda: _count(clean_redis, "calls", stuck, "stuck") == 1, what="the hang")
         after = _run([{"name": "next", "type": "record"}], "c2", "after")
-        _wait_for(
+        wait_for(
             lambda: Run.objects.get(pk=after.pk).state in Run.FINISHED,
             what="the next run, on the only slot",
         )

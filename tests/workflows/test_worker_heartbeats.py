@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from django.db import connection
 
 from tests.support import capi
 from tests.support import workflows as wf
-from tests.support.worker import Worker
+from tests.support.worker import Worker, wait_for
 from tests.workflows.steps_for_tests import PREFIX
 from workflows.engine import leases, polls, reconciler, scheduling, workers
 from workflows.hookpath import runs as hook_runs
@@ -165,7 +165,7 @@ def test_a_lease_whose_outcome_could_not_be_recorded_is_freed_by_the_heartbeat(
     [attempt] = scheduling._schedule(run.pk, [])  # the run starts: its step is claimed
     with pytest.raises(RuntimeError), leases.heartbeat.hold([attempt.lease]):
         raise RuntimeError("the database went away while the outcome was recorded")
-    _wait_for(
+    wait_for(
         lambda: StepRun.objects.get(pk=attempt.step.pk).lease_owner == "",
         timeout=30,
         what="the lease freed",
@@ -186,14 +186,6 @@ def clean_redis(redis_client: redis.Redis) -> Iterator[redis.Redis]:
         redis_client.delete(key)
 
 
-def _wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "it") -> float:
-    start = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - start < timeout, f"{what} not reached within {timeout} s"
-        time.sleep(0.05)
-    return time.monotonic() - start
-
-
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_sigkilled_workers_step_is_claimed_again_within_15_seconds(
@@ -207,21 +199,21 @@ def test_a_sigkilled_workers_step_is_claimed_again_within_15_seconds(
     worker.start()
     try:
         run = _run([{"name": "snapshot", "type": "record", "with": {"holdUntilFile": str(gate)}}])
-        _wait_for(lambda: bool(clean_redis.keys(f"{PREFIX}:holding:*")), what="the step")
+        wait_for(lambda: bool(clean_redis.keys(f"{PREFIX}:holding:*")), what="the step")
         first = StepRun.objects.get(run=run)
         assert first.lease_owner and first.lease_expires_at is not None
         worker.kill()
         killed = time.monotonic()
         gate.touch()
         worker.start()
-        _wait_for(
+        wait_for(
             lambda: StepRun.objects.get(run=run).claims > first.claims,
             timeout=120,
             what="the step claimed again",
         )
         took = time.monotonic() - killed
         print(f"claimed again {took:.1f} s after SIGKILL")
-        _wait_for(lambda: Run.objects.get(pk=run.pk).state in Run.FINISHED, what="the run")
+        wait_for(lambda: Run.objects.get(pk=run.pk).state in Run.FINISHED, what="the run")
     finally:
         worker.stop()
     assert took <= 15, f"claimed again {took:.1f} s after the SIGKILL, not within 15 s"
