@@ -22,6 +22,7 @@ from django.db.models import F
 from tests.support import capi
 from tests.support import workflows as wf
 from tests.workflows.runs import make_run
+from workflows import durations
 from workflows.definitions import fields, spec
 from workflows.engine import dispatch, scheduling, stalls
 from workflows.hookpath import runs as hook_runs
@@ -139,7 +140,7 @@ def _documented() -> dict[str, str]:
 
 
 def _said(seconds: int) -> str:
-    return "never" if seconds == 0 else stalls.span(seconds)
+    return "never" if seconds == 0 else durations.span(seconds)
 
 
 def test_every_built_in_step_type_has_a_documented_normal_bound() -> None:

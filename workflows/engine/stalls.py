@@ -49,6 +49,7 @@ from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Coalesce, Now
 from django.db.models.lookups import LessThan
 
+from workflows import durations
 from workflows.engine import dispatch, stepstate
 from workflows.models import Run, StepRun
 from workflows.steps import registry
@@ -136,8 +137,8 @@ def of_annotated(run: Run, now: datetime.datetime) -> dict[str, Any] | None:
     return {
         "step": name,
         "since": since.isoformat(timespec="seconds"),
-        "for": span((now - since).total_seconds()),
-        "normal": span(getattr(run, "stalled_normal", None) or 0),
+        "for": durations.span((now - since).total_seconds()),
+        "normal": durations.span(getattr(run, "stalled_normal", None) or 0),
     }
 
 
@@ -153,17 +154,6 @@ def by_type(now: datetime.datetime | None = None) -> dict[str, int]:
     return {row["type"]: int(row["n"]) for row in rows}
 
 
-def span(seconds: float) -> str:
-    """A bound as the Event, the CLI and the pages say it: 45 s, 15 min, 1 h 30 min."""
-    whole = max(0, int(seconds))
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min"
-    hours, minutes = divmod(whole // 60, 60)
-    return f"{hours} h {minutes:02d} min" if minutes else f"{hours} h"
-
-
 def describe(step: StepRun, now: datetime.datetime) -> dict[str, Any] | None:
     """What `workflows why` and the API say of a stalled `step`; None when it is not."""
     if step.state not in StepRun.DUE or step.waits_for_person:
@@ -177,8 +167,8 @@ def describe(step: StepRun, now: datetime.datetime) -> dict[str, Any] | None:
         return None
     return {
         "since": since.isoformat(timespec="seconds"),
-        "for": span(quiet),
-        "normal": span(normal),
+        "for": durations.span(quiet),
+        "normal": durations.span(normal),
         # Each step type says what it waits for in its message ("Job ns/x: 1 active").
         "waitsFor": step.message,
     }
@@ -191,7 +181,7 @@ def message(step: StepRun, run: Run) -> str:
     waits = step.message or "it reports nothing"
     return (
         f"workflow {run.template_name} for {run.hook}{moment}: step {step.name} ({step.type})"
-        f" has made no progress for longer than its normal {span(normal)}: {waits}"
+        f" has made no progress for longer than its normal {durations.span(normal)}: {waits}"
     )
 
 

@@ -25,9 +25,9 @@ from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from hooksvc.contract import catalog
+from workflows import durations
 from workflows.definitions import typed
 from workflows.models import EventKind, Run, RunEvent, StepRun
-from workflows.operators import durations
 
 
 def blocking_hooks() -> tuple[str, ...]:

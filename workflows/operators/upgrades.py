@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from hooksvc.contract import catalog, wire
-from workflows import clock
+from workflows import clock, durations
 from workflows.definitions import typed
 from workflows.hookpath import retry, selection
 from workflows.models import WorkflowTemplate
-from workflows.operators import access, durations
+from workflows.operators import access
 from workflows.steps import gate, windows
 
 

@@ -22,7 +22,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.text import capfirst
 
-from workflows.operators import access, durations, identities, reasons, redaction
+from workflows import durations
+from workflows.operators import access, identities, reasons, redaction
 
 STATE_COLOURS = {
     "pending": "#6c757d",

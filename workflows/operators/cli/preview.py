@@ -10,7 +10,8 @@ import yaml
 from django.core.management.base import CommandError, OutputWrapper
 
 from hooksvc.contract import catalog, wire
-from workflows.operators import access, durations, selectors, states, upgrades
+from workflows import durations
+from workflows.operators import access, selectors, states, upgrades
 from workflows.operators.cli import output
 
 #: Version options of `preview`, by the request field they stand for.

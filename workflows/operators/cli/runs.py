@@ -10,7 +10,8 @@ from django.core.management.base import CommandError, OutputWrapper
 from django.utils import timezone
 
 from hooksvc.contract import catalog
-from workflows.operators import durations, selectors, states
+from workflows import durations
+from workflows.operators import selectors, states
 from workflows.operators.cli import output
 
 #: The width `list` fits its table in.

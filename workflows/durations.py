@@ -1,4 +1,5 @@
-"""How long, as an operator reads it at a glance: the admin's pages and the CLI share it."""
+"""How long, as an operator reads it at a glance: the pages, the CLI, the API and the Events
+share it (at the bottom of the layers, so the engine's stall notices say it the same way)."""
 
 from __future__ import annotations
 
