@@ -51,10 +51,14 @@ def _in_a_pool_process(**kwargs: object) -> None:
 def _replaced_when_overloaded(**kwargs: object) -> None:
     """A prefork pool process in which too many abandoned step calls still run (code stuck in
     C, which an asynchronous exception cannot stop) asks to be replaced, once its task is
-    done: billiard reports the SystemExit, and the worker forks a fresh process (Celery
-    requeues the task's message as from a lost process: its work is recorded, so running it
-    again changes nothing). A thread pool's process (`make run`) keeps serving: the
-    hooksvc_step_threads_abandoned gauge and its alert say when to restart it."""
+    done: the SystemExit leaves Celery's tracer (celery/app/trace.py catches only Exception
+    around task_postrun), billiard reports it and lets the process go (billiard/pool.py
+    `worker`, 4.3), and the worker forks a fresh one; Celery takes the exit for a lost
+    worker (celery/worker/request.py `on_failure`, 5.7) and, with acks_late,
+    reject_on_worker_lost and no stored result (settings), requeues the task's message: its
+    work is recorded, so running it again changes nothing. A thread pool's process (`make
+    run`) keeps serving: the hooksvc_step_threads_abandoned gauge and its alert say when
+    to restart it."""
     if _pool_process and calls.overloaded():
         logger.error(
             "too many abandoned step calls still run: this pool process asks to be replaced",

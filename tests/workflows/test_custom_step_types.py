@@ -135,3 +135,19 @@ def test_a_thread_asking_while_another_loads_the_step_types_waits_for_all_of_the
     asker.join(30)
     assert found and found[0] is not None, "the asker got a half-filled registry"
     assert found[0].name == "slow_loaded"
+
+
+@pytest.mark.parametrize("seconds", [0, -5])
+def test_a_custom_step_type_without_a_positive_call_bound_is_refused_at_registration(
+    seconds: int,
+) -> None:
+    """Every call of a type that is not inline is bounded: a bound of 0 would abandon each call
+    at once (workflows.engine.calls waits at most that long), so the module fails to load with
+    a message naming the type, instead of every step of it failing later."""
+    with pytest.raises(ValueError) as refused:
+        registry.step_type("zero_bound", call_timeout_seconds=seconds)
+    assert str(refused.value) == (
+        "step type 'zero_bound': call_timeout_seconds must be a positive number of seconds,"
+        f" got {seconds}"
+    )
+    assert registry.find("zero_bound") is None

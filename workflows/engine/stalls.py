@@ -82,10 +82,19 @@ def _since() -> Coalesce:
     return Coalesce(F("progress_at"), F("started_at"), F("due_at"))
 
 
+def _bound() -> Coalesce:
+    # Steps made before migration 0015 have no bound of their own: the registry's default.
+    return Coalesce(F("stall_seconds"), Value(registry.DEFAULT_STALL_SECONDS))
+
+
+def bound(step: StepRun) -> int:
+    """`step`'s normal bound in seconds (0: never stalled), as `_bound` reads it in SQL."""
+    return registry.DEFAULT_STALL_SECONDS if step.stall_seconds is None else step.stall_seconds
+
+
 def _stalls_at() -> ExpressionWrapper[CombinedExpression]:
     """When a step without further progress shows as stalled."""
-    bound = Coalesce(F("stall_seconds"), Value(registry.DEFAULT_STALL_SECONDS))
-    return ExpressionWrapper(_since() + _Seconds(bound), output_field=DateTimeField())
+    return ExpressionWrapper(_since() + _Seconds(_bound()), output_field=DateTimeField())
 
 
 def _at(now: datetime.datetime | None) -> Value | Now:
@@ -118,7 +127,7 @@ def annotate(runs: QuerySet[Run], now: datetime.datetime) -> QuerySet[Run]:
     `stalled_since` (when that step last made progress) and `stalled_normal` (its bound)."""
     found = (
         StepRun.objects.filter(where(now), run=OuterRef("pk"))
-        .annotate(since=_since(), normal=Coalesce("stall_seconds", registry.DEFAULT_STALL_SECONDS))
+        .annotate(since=_since(), normal=_bound())
         .order_by("position")
     )
     return runs.annotate(
@@ -158,7 +167,7 @@ def describe(step: StepRun, now: datetime.datetime) -> dict[str, Any] | None:
     """What `workflows why` and the API say of a stalled `step`; None when it is not."""
     if step.state not in StepRun.DUE or step.waits_for_person:
         return None
-    normal = registry.DEFAULT_STALL_SECONDS if step.stall_seconds is None else step.stall_seconds
+    normal = bound(step)
     since = step.progress_at or step.started_at or step.due_at
     if not normal or since is None:
         return None
@@ -176,7 +185,7 @@ def describe(step: StepRun, now: datetime.datetime) -> dict[str, Any] | None:
 
 def message(step: StepRun, run: Run) -> str:
     """The Event's text: deterministic (no times), so a repeat bumps the same Event."""
-    normal = registry.DEFAULT_STALL_SECONDS if step.stall_seconds is None else step.stall_seconds
+    normal = bound(step)
     moment = f" {run.moment}" if run.moment else ""
     waits = step.message or "it reports nothing"
     return (

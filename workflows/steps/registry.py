@@ -328,6 +328,13 @@ def step_type(
         call_timeout_seconds = None
     elif call_timeout_seconds is None:
         call_timeout_seconds = DEFAULT_CALL_TIMEOUT_SECONDS
+    elif call_timeout_seconds <= 0:
+        # Every call of a type that is not inline is bounded: a bound of 0 would abandon each
+        # call at once (workflows.engine.calls), not mean "no bound" as a step's timeout does.
+        raise ValueError(
+            f"step type {name!r}: call_timeout_seconds must be a positive number of seconds,"
+            f" got {call_timeout_seconds}"
+        )
     if stall_seconds is None:
         stall_seconds = 0 if waits_for_person else DEFAULT_STALL_SECONDS
 
