@@ -13,6 +13,7 @@ from rest_framework import serializers
 
 from hooksvc.contract import catalog
 from workflows.operators import bulk, reasons, states
+from workflows.rollout_actions import REASON_LENGTH
 
 #: Run ids are PostgreSQL bigints; a larger number names no run (and must not reach SQL).
 MAX_ID = 2**63 - 1
@@ -111,7 +112,9 @@ class BypassOpen(Reason):
 
 
 class RolloutReason(Reason):
-    reason = serializers.CharField(max_length=200, help_text="why (recorded with the action)")
+    reason = serializers.CharField(
+        max_length=REASON_LENGTH, help_text="why (recorded with the action)"
+    )
 
 
 class BypassEnd(Reason):
