@@ -8,6 +8,9 @@ from typing import Any
 
 from django.db import models
 
+#: The longest reason the record keeps (the API's form and the service refuse a longer one).
+REASON_LENGTH = 200
+
 
 class RolloutAction(models.Model):
     """An operator's word on a halted rollout to `version` (workflows.operators.rollouts):
@@ -25,7 +28,7 @@ class RolloutAction(models.Model):
     actor = models.CharField(max_length=150)
     actor_subject = models.CharField(max_length=255, blank=True)
     actor_email = models.CharField(max_length=254, blank=True)
-    reason = models.CharField(max_length=200)
+    reason = models.CharField(max_length=REASON_LENGTH)
     created_at = models.DateTimeField()
 
     class Meta:

@@ -13,7 +13,7 @@ import io
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from hooksvc.contract import catalog
 from tests.support import capi
@@ -147,6 +147,21 @@ def test_an_abandoned_rollout_fails_the_waiting_runs(
 def test_resuming_a_rollout_nothing_halts_is_refused(sent: list[Any]) -> None:
     with pytest.raises(rollouts.RolloutError, match="no failed canary halts the rollout to v9"):
         rollouts.rollout_resume(version="v9", actor="ops:ann", reason="why not")
+
+
+def test_a_rollout_reason_too_long_to_record_is_refused_before_anything_is_read(
+    sent: list[Any],
+) -> None:
+    """The CLI has no form bounding the reason, as the API has: the service refuses it with
+    a clear error, not the database's, and before it looks for failed canaries (v9 has none,
+    which would be the error otherwise)."""
+    with pytest.raises(CommandError, match="reason: at most 200 characters"):
+        call_command(
+            "workflows", "rollout", "resume", "v9", "--reason", "x" * 201, "--actor", "ops:ann"
+        )
+    with pytest.raises(rollouts.RolloutError, match="reason: at most 200 characters"):
+        rollouts.rollout_abandon(version=VERSION, actor="ops:bob", reason="y" * 201)
+    assert not RolloutAction.objects.exists()
 
 
 @pytest.mark.parametrize(

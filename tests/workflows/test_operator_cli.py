@@ -270,6 +270,15 @@ def test_a_blank_reason_is_refused() -> None:
         cli("cancel", str(run.pk), "--reason", " ")
 
 
+def test_a_reason_too_long_to_record_is_refused() -> None:
+    """The API's form bounds the reason (500 characters, as the run's history keeps it);
+    the CLI has no form, so the action itself refuses it, before anything is written."""
+    run = make_run()
+    with pytest.raises(CommandError, match="reason: at most 500 characters"):
+        cli("cancel", str(run.pk), "--reason", "x" * 501)
+    assert not RunEvent.objects.filter(run=run, kind="action").exists()
+
+
 def test_an_action_on_a_missing_run_is_an_error() -> None:
     with pytest.raises(CommandError, match="run 999999 does not exist"):
         cli("cancel", "999999", "--reason", "x")

@@ -12,7 +12,8 @@ from typing import Any
 from rest_framework import serializers
 
 from hooksvc.contract import catalog
-from workflows.operators import bulk, reasons, states
+from workflows.operators import actions, bulk, reasons, states
+from workflows.rollout_actions import REASON_LENGTH
 
 #: Run ids are PostgreSQL bigints; a larger number names no run (and must not reach SQL).
 MAX_ID = 2**63 - 1
@@ -20,7 +21,7 @@ MAX_ID = 2**63 - 1
 
 class Reason(serializers.Serializer):  # type: ignore[type-arg]
     reason = serializers.CharField(
-        max_length=500, help_text="why, in your words (recorded with the action)"
+        max_length=actions.REASON_LENGTH, help_text="why, in your words (recorded with the action)"
     )
 
     def validate_reason(self, value: str) -> str:
@@ -111,7 +112,9 @@ class BypassOpen(Reason):
 
 
 class RolloutReason(Reason):
-    reason = serializers.CharField(max_length=200, help_text="why (recorded with the action)")
+    reason = serializers.CharField(
+        max_length=REASON_LENGTH, help_text="why (recorded with the action)"
+    )
 
 
 class BypassEnd(Reason):

@@ -91,6 +91,8 @@ def _wake_waiting(run: Run) -> None:
 
 #: At most this many waiting runs of a cluster are woken by an action (a cluster has a few).
 WAKE_LIMIT = 50
+#: The longest reason the run's history keeps (RunEvent.reason).
+REASON_LENGTH = 500
 
 
 def _record(
@@ -130,6 +132,9 @@ def _require_actor(actor: str | access.Actor, reason: str) -> access.Actor:
     wrong = reasons.problem(reason)
     if wrong:
         raise ActionError(wrong)
+    # Refused here, not by the database: the CLI has no form that bounds it, as the API has.
+    if len(reason) > REASON_LENGTH:
+        raise ActionError(f"reason: at most {REASON_LENGTH} characters")
     return found
 
 

@@ -82,7 +82,10 @@ def client() -> DjangoOAuth2App:
     kwargs: dict[str, Any] = {
         "scope": " ".join(settings.OIDC_SCOPES),
         "code_challenge_method": "S256",
-        "timeout": TIMEOUT_SECONDS,
+        # authlib's session bounds its requests by `default_timeout` alone: a `timeout`
+        # here lands in its OAuth metadata, unread (authlib 1.x,
+        # integrations/requests_client/oauth2_session.py, OAuth2Session.request).
+        "default_timeout": TIMEOUT_SECONDS,
     }
     if settings.OIDC_CA_FILE:
         kwargs["verify"] = settings.OIDC_CA_FILE

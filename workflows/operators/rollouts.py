@@ -22,7 +22,7 @@ from workflows import clock
 from workflows.engine import dispatch, stepstate
 from workflows.models import Run, RunEvent, StepRun
 from workflows.operators import access, reasons
-from workflows.rollout_actions import RolloutAction
+from workflows.rollout_actions import REASON_LENGTH, RolloutAction
 from workflows.steps import gate
 
 logger = logging.getLogger(__name__)
@@ -176,16 +176,21 @@ def _failed_canaries(version: str) -> list[int]:
     return sorted(ids)
 
 
-def _act(
-    kind: str, version: str, actor: str | access.Actor, reason: str, runs: list[int]
-) -> RolloutAction:
+def _checked(actor: str | access.Actor, reason: str, what: str) -> access.Actor:
+    """The actor, once they may act on rollouts and `reason` is one the record can keep."""
     who = access.actor_of(actor)
-    if not reason.strip():
-        raise RolloutError("a rollout action needs a reason")
+    # Who may not act learns that first, not whether the rollout is halted.
+    who.require(access.Permission.RELEASE, "", what)
     wrong = reasons.problem(reason)
     if wrong:
         raise RolloutError(wrong)
-    who.require(access.Permission.RELEASE, "", f"{kind} rollouts")
+    # Refused here, not by the database (the CLI has no form that bounds it, as the API has).
+    if len(reason.strip()) > REASON_LENGTH:
+        raise RolloutError(f"reason: at most {REASON_LENGTH} characters")
+    return who
+
+
+def _act(kind: str, version: str, who: access.Actor, reason: str, runs: list[int]) -> RolloutAction:
     now = clock.now()
     with transaction.atomic():
         action = RolloutAction.objects.create(
@@ -245,17 +250,16 @@ def _act(
 
 def rollout_resume(*, version: str, actor: str | access.Actor, reason: str) -> RolloutAction:
     """The failed canary runs that halt `version`'s gates no longer count."""
-    # Who may not act learns that first, not whether the rollout is halted.
-    access.actor_of(actor).require(access.Permission.RELEASE, "", "resume rollouts")
+    who = _checked(actor, reason, "resume rollouts")
     failed = _failed_canaries(version)
     if not failed:
         raise RolloutError(f"no failed canary halts the rollout to {version}")
-    return _act(RolloutAction.Kind.RESUME, version, actor, reason, failed)
+    return _act(RolloutAction.Kind.RESUME, version, who, reason, failed)
 
 
 def rollout_abandon(*, version: str, actor: str | access.Actor, reason: str) -> RolloutAction:
     """Every gate of `version` fails its run: those clusters do not upgrade to it."""
-    access.actor_of(actor).require(access.Permission.RELEASE, "", "abandon rollouts")
+    who = _checked(actor, reason, "abandon rollouts")
     if RolloutAction.objects.filter(version=version, kind=RolloutAction.Kind.ABANDON).exists():
         raise RolloutError(f"the rollout to {version} is abandoned already")
-    return _act(RolloutAction.Kind.ABANDON, version, actor, reason, [])
+    return _act(RolloutAction.Kind.ABANDON, version, who, reason, [])
