@@ -12,12 +12,10 @@
 - `messages`: every deterministic message. `sql`: the other hand-written statements.
 
 The time is read through the project's one clock, workflows.clock (the step types read it
-too, so it sits below them); `workflows.engine.clock` is the same module, for code written
-before it moved.
+too, so it sits below them).
 
 The hook path (workflows.hookpath) creates runs and wakes the engine through `dispatch`.
 """
 
 from __future__ import annotations
 
-from workflows import clock  # noqa: F401  (the same module under its old name)
