@@ -60,8 +60,13 @@ class Rollout:
     waves: tuple[Wave, ...]
 
 
-def _gated_runs(actor: access.Actor) -> list[tuple[Run, StepRun]]:
-    """Runs with a gate step not finished, that `actor` may see, with that step."""
+#: The most gated runs the fleet page lays out; a resume or abandon reads them all.
+SHOWN = 500
+
+
+def _gated_runs(actor: access.Actor, limit: int | None = SHOWN) -> list[tuple[Run, StepRun]]:
+    """Runs with a gate step not finished, that `actor` may see, with that step (the first
+    `limit` of them; None: all)."""
     steps = (
         StepRun.objects.filter(type=GATE_TYPE, run__state__in=Run.ACTIVE)
         .exclude(state__in=StepRun.FINISHED)
@@ -69,7 +74,7 @@ def _gated_runs(actor: access.Actor) -> list[tuple[Run, StepRun]]:
         .select_related("run")
         .order_by("run__template_name", "run__cluster_namespace", "run__cluster_name")
     )
-    return [(s.run, s) for s in steps[:500]]
+    return [(s.run, s) for s in (steps if limit is None else steps[:limit])]
 
 
 def overview(actor: access.Actor) -> list[Rollout]:
@@ -162,7 +167,7 @@ def _halt(version: str, waves: dict[str, list[tuple[Run, StepRun]]]) -> tuple[st
 def _failed_canaries(version: str) -> list[int]:
     """The failed canary runs of `version` that halt a gate now, each gate's in turn."""
     ids: set[int] = set()
-    for run, step in _gated_runs(access.unrestricted("rollouts")):
+    for run, step in _gated_runs(access.unrestricted("rollouts"), limit=None):
         if gate.target_version(run.context) != version:
             continue
         labels = step.params.get("matchLabels", {})
