@@ -18,4 +18,3 @@ The hook path (workflows.hookpath) creates runs and wakes the engine through `di
 """
 
 from __future__ import annotations
-
