@@ -125,7 +125,7 @@ class Report:
 
 
 def bench(sizes: env.Sizes) -> Report:
-    from workflows.engine import attempts, dispatch
+    from workflows.engine import dispatch, lifecycle
     from workflows.models import StepRun
 
     db.reset()
@@ -135,7 +135,7 @@ def bench(sizes: env.Sizes) -> Report:
     seed_waiting(sizes.waiting_workflows, polls=polls, every=every)
     now = datetime.datetime.now(datetime.UTC)
     # A countdown message per step only where the engine sends one (a wait too short to batch).
-    if attempts.needs_countdown(StepRun.State.WAITING, every):
+    if lifecycle.needs_countdown(StepRun.State.WAITING, every):
         for step_id, due_at in StepRun.objects.values_list("pk", "due_at"):
             after = max(0.0, (due_at - now).total_seconds())
             dispatch.poll_step(step_id, after)

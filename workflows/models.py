@@ -226,6 +226,13 @@ class StepRun(models.Model):
     #: How often the step was claimed: the lease's token. An attempt records its outcome
     #: only while the row still carries the token and owner it claimed with.
     claims = models.PositiveIntegerField(default=0)
+    #: Attempts claimed since its last recorded outcome: a claim counts one, an outcome or a
+    #: move by someone else resets it; past HOOKSVC_STEP_LOST_ATTEMPTS its worker died that
+    #: often running it, and the step fails (workflows.engine.lifecycle.before_call).
+    unrecorded = models.PositiveSmallIntegerField(default=0, db_default=0)
+    #: The process of its last attempt that ended without an outcome (host:pid:nonce): the
+    #: reaper writes a dead process, a claim the holder of a lease that passed.
+    lost_by = models.CharField(max_length=255, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["run_id", "position"]

@@ -18,10 +18,10 @@ from celery.signals import task_postrun, worker_process_init
 
 from workflows import errors
 from workflows.engine import (
-    attempts,
     calls,
     cleanups,
     dispatch,
+    lifecycle,
     polls,
     reconciler,
     scheduling,
@@ -105,7 +105,7 @@ def step_cleanup(
     except cleanups.RetryLater as exc:
         raise self.retry(
             args=(step_id, exc.memo, exc.state),
-            countdown=attempts.backoff(self.request.retries + 1),
+            countdown=lifecycle.backoff(self.request.retries + 1),
         ) from exc
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import datetime
 import http.server
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 from django.utils import timezone
 
+from tests.workflows.steps_for_tests import PREFIX
 from workflows import clock
 from workflows.engine import dispatch
 
@@ -73,3 +75,26 @@ def now(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[datetime.datetime]]:
     moment = [timezone.now()]
     monkeypatch.setattr(clock, "now", lambda: moment[0])
     yield moment
+
+
+@pytest.fixture
+def later(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], datetime.datetime]:
+    """Moves the engine's clock ahead by some seconds (it stands still otherwise)."""
+    moment = [clock.now()]
+    monkeypatch.setattr(clock, "now", lambda: moment[0])
+
+    def move(seconds: float) -> datetime.datetime:
+        moment[0] += datetime.timedelta(seconds=seconds)
+        return moment[0]
+
+    return move
+
+
+@pytest.fixture
+def clean_redis(redis_client: redis.Redis) -> Iterator[redis.Redis]:
+    """The test step types' records in Redis, empty before and after (others count them)."""
+    for key in redis_client.scan_iter(f"{PREFIX}:*"):
+        redis_client.delete(key)
+    yield redis_client
+    for key in redis_client.scan_iter(f"{PREFIX}:*"):
+        redis_client.delete(key)

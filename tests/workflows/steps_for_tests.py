@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gc
 import json
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -21,7 +23,7 @@ from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from workflows import errors
-from workflows.steps import memo, registry
+from workflows.steps import conformance, memo, registry
 
 PREFIX = "hooksvc-test"
 
@@ -283,3 +285,24 @@ def stuck_poll(ctx: registry.StepContext) -> registry.Outcome:
         after=float(ctx.params["every"]),
         message=f"waiting for Job {ctx.object_name()} to complete: 1 active{said}",
     )
+
+
+@registry.step_type("crash", cleanup=_tracked_cleanup)
+def crash(ctx: registry.StepContext) -> registry.Outcome:
+    """Kills its own worker process at every attempt, before anything is recorded: a custom
+    step that crashes its process, an out-of-memory kill while reading a large Pod log. Run
+    only by a real worker (in the test process it would kill the tests)."""
+    client().incr(f"{PREFIX}:calls:{ctx.object_name()}")
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("the process is gone")
+
+
+@registry.step_type(
+    "conformance_then_crash", params=conformance.PARAMS, cleanup=conformance.cleanup
+)
+def conformance_then_crash(ctx: registry.StepContext) -> registry.Outcome:
+    """The conformance step's first attempt (its Namespace, ServiceAccount, cluster-admin
+    ClusterRoleBinding and Pod), then its worker dies before the attempt records anything."""
+    conformance.conformance(ctx)
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("the process is gone")

@@ -31,7 +31,7 @@ from tests.support import workflows as wf
 from tests.support.worker import Worker, wait_for
 from tests.workflows.steps_for_tests import PREFIX
 from workflows import clock
-from workflows.engine import attempts, polls, scheduling
+from workflows.engine import attempts, lifecycle, polls, scheduling
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, StepRun, WorkflowTemplate
 from workflows.operators import actions
@@ -51,29 +51,6 @@ def _run(template: WorkflowTemplate | str, steps: list[dict[str, Any]], cluster:
 
 def _calls(client: redis.Redis, run: Run, step: str) -> int:
     return int(client.get(f"{PREFIX}:calls:hooksvc-{run.pk}-{step}") or 0)
-
-
-@pytest.fixture
-def clean_redis(redis_client: redis.Redis) -> Iterator[redis.Redis]:
-    """The test step types' records in Redis, empty before and after (others count them)."""
-    for key in redis_client.scan_iter(f"{PREFIX}:*"):
-        redis_client.delete(key)
-    yield redis_client
-    for key in redis_client.scan_iter(f"{PREFIX}:*"):
-        redis_client.delete(key)
-
-
-@pytest.fixture
-def later(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], datetime.datetime]:
-    """Moves the engine's clock ahead by some seconds (it stands still otherwise)."""
-    moment = [clock.now()]
-    monkeypatch.setattr(clock, "now", lambda: moment[0])
-
-    def move(seconds: float) -> datetime.datetime:
-        moment[0] += datetime.timedelta(seconds=seconds)
-        return moment[0]
-
-    return move
 
 
 # --- Invariant 8, through a real worker -----------------------------------------------------
@@ -124,13 +101,7 @@ def test_a_lease_that_passes_mid_step_drops_the_late_outcome_and_the_next_attemp
     # The first attempt claims the step and its code runs long: no heartbeat extends the
     # lease here, so it passes (a worker stalled or cut off from PostgreSQL).
     [slow] = attempts.claim(step_ids=[step.pk])
-    late = attempts.Result(
-        attempt=slow,
-        outcome=registry.Done({"attempt": "late"}),
-        memo={"polls": 2},
-        at=clock.now(),
-        started=clock.now(),
-    )
+    late = attempts.tried(slow, registry.Done({"attempt": "late"}), {"polls": 2}, at=clock.now())
     assert attempts.claim(step_ids=[step.pk]) == [], "the lease holds the step"
     later(LEASE_PASSES)
     [second] = attempts.claim(step_ids=[step.pk])
@@ -153,13 +124,14 @@ def test_a_lease_that_passes_mid_step_drops_the_late_outcome_and_the_next_attemp
 def test_a_first_poll_whose_lease_passed_is_dropped_on_the_one_statement_path_too(
     later: Callable[[float], datetime.datetime], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A first poll is written on its step's row alone (stepstate.RECORD_FIRST_POLL), by the same
+    """A first poll is written on its step's row alone (lifecycle.Path.ALONE), by the same
     compare-and-set on its lease: once the lease passed and the step was claimed again, the
     late poll is dropped and logged, and the next attempt's is recorded."""
     run = _run("poller", [{"name": "poll", "type": "count_poll", "with": {"every": 2, "polls": 2}}])
     [first] = scheduling._schedule(run.pk, [])  # the run starts: its step is claimed
     late = attempts.run(first)
-    assert attempts.starts_waiting_alone(late)
+    write = lifecycle.after(late.result)
+    assert lifecycle.route(write, late.result).path is lifecycle.Path.ALONE
     later(LEASE_PASSES)
     [second] = attempts.claim(step_ids=[first.step.pk])
 
@@ -197,9 +169,7 @@ def test_an_outcome_after_an_operators_move_is_dropped(
         # The run starts and its step is claimed; the attempt's code is still running.
         [attempt] = scheduling._schedule(run.pk, [])
         outcome = registry.Done({"late": True})
-    result = attempts.Result(
-        attempt=attempt, outcome=outcome, memo={}, at=clock.now(), started=clock.now()
-    )
+    result = attempts.tried(attempt, outcome, {}, at=clock.now())
     # The attempt holds no lock: the action never waits for the step's code.
     if action == "cancel":
         actions.run_cancel(run_id=run.pk, actor="ann", reason="window closed")
@@ -215,7 +185,7 @@ def test_an_outcome_after_an_operators_move_is_dropped(
         django_capture_on_commit_callbacks(execute=True),
     ):
         if result.repeats:
-            assert attempts.record([result]).decisions == [None]
+            assert attempts.record_repeats([result]) == set()
         else:
             scheduling.advance(run.pk, [result])
 

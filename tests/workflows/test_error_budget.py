@@ -1,6 +1,6 @@
 """Error budgets that reset on progress (issue 22): only temporary errors that persist fail a step.
 
-Covers: `decide` (workflows.engine.policy), a pure function, as a table: a streak of temporary
+Covers: `after` (workflows.engine.lifecycle), a pure function, as a table: a streak of temporary
 errors is retried while within `retries` OR younger than `retryForSeconds`, and fails the
 step past both; `retries: 0, retryForSeconds: 0` fails at the first error; a permanent error
 fails at once; a poll is progress and ends the streak; an error's own delay (a 429's
@@ -22,8 +22,7 @@ from tests.support import capi
 from tests.support import workflows as wf
 from tests.support.worker import Worker
 from workflows import errors
-from workflows.engine import leases, policy, scheduling
-from workflows.engine.claims import Attempt
+from workflows.engine import lifecycle, scheduling
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, StepRun
 from workflows.steps import registry
@@ -40,7 +39,7 @@ def _result(
     retry_for: int = 300,
     at: float = 0,
     ended: float | None = None,
-) -> policy.Result:
+) -> lifecycle.Result:
     """An attempt's result at T0 + `at` s, of a ready step with `failures` in a row so far
     (the streak began at T0 + `since`)."""
     step = StepRun(
@@ -55,11 +54,10 @@ def _result(
         memo={},
         output={},
     )
-    run = Run(id=1, template_name="t")
-    attempt = Attempt(run=run, step=step, lease=leases.Lease(1, 1, "me", 60))
     moment = T0 + datetime.timedelta(seconds=at)
-    return policy.Result(
-        attempt=attempt,
+    return lifecycle.Result(
+        step=step,
+        run_name="t",
         outcome=outcome,
         memo={},
         at=moment,
@@ -91,31 +89,31 @@ TEMPORARY = errors.TemporaryError("the API server did not answer")
 def test_a_temporary_error_fails_the_step_only_past_both_retries_and_retry_for_seconds(
     case: dict[str, Any], state: str, failures: int, since: float
 ) -> None:
-    decision = policy.decide(_result(TEMPORARY, **case))
-    assert decision.state == state
-    assert decision.fields["failures"] == failures
-    assert decision.fields["failing_since"] == T0 + datetime.timedelta(seconds=since)
+    write = lifecycle.after(_result(TEMPORARY, **case))
+    assert write.to == state
+    assert write.columns["failures"] == failures
+    assert write.columns["failing_since"] == T0 + datetime.timedelta(seconds=since)
 
 
 def test_a_permanent_error_fails_at_once_whatever_the_budget() -> None:
     outcome = errors.PermanentError("the Job failed")
-    assert policy.decide(_result(outcome, retries=100, retry_for=3600)).state == "failed"
+    assert lifecycle.after(_result(outcome, retries=100, retry_for=3600)).to == "failed"
 
 
 def test_a_poll_is_progress_and_ends_the_streak() -> None:
-    decision = policy.decide(_result(registry.Poll(after=5), failures=3, since=-100))
-    assert decision.state == "waiting"
-    assert (decision.fields["failures"], decision.fields["failing_since"]) == (0, None)
+    write = lifecycle.after(_result(registry.Poll(after=5), failures=3, since=-100))
+    assert write.to == "waiting"
+    assert (write.columns["failures"], write.columns["failing_since"]) == (0, None)
 
 
 def test_an_errors_own_delay_is_the_next_attempts() -> None:
     """A 429 or 503's Retry-After (workflows.kube.k8s sets TemporaryError.delay) sets when the
     next attempt comes, counted from the failed attempt's end; it still counts in the budget."""
     outcome = errors.TemporaryError("too many requests", delay=42)
-    decision = policy.decide(_result(outcome, failures=1, since=-5, ended=3))
-    assert decision.state == "ready"
-    assert decision.fields["due_at"] == T0 + datetime.timedelta(seconds=3 + 42)
-    assert decision.fields["failures"] == 2
+    write = lifecycle.after(_result(outcome, failures=1, since=-5, ended=3))
+    assert write.to == "ready"
+    assert write.columns["due_at"] == T0 + datetime.timedelta(seconds=3 + 42)
+    assert write.columns["failures"] == 2
 
 
 # --- Through the engine ---------------------------------------------------------------------

@@ -27,7 +27,7 @@ from tests.support import capi, servers
 from tests.support import workflows as wf
 from tests.workflows import steps_for_tests  # noqa: F401  (registers count_poll)
 from workflows import clock
-from workflows.engine import attempts, polls, reconciler, scheduling
+from workflows.engine import attempts, lifecycle, polls, reconciler, scheduling
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, RunEvent, StepRun, WorkerBeat, WorkflowTemplate
 from workflows.operators import actions
@@ -87,7 +87,7 @@ def test_a_poll_asked_for_on_time_gets_a_countdown_up_to_30_seconds_ahead(
     """A timer's end (`wait`: Poll.on_time) is polled when it ends, not up to a beat later:
     a hook held on it lets go then. A step that polls every 29 s stays the batch's."""
     with override_settings(POLL_BATCH_MIN_WAIT_SECONDS=5):
-        assert attempts.needs_countdown("waiting", after, on_time=on_time) is countdown
+        assert lifecycle.needs_countdown("waiting", after, on_time=on_time) is countdown
 
 
 def test_the_claim_takes_at_most_n_due_waiting_steps_most_overdue_first(
@@ -227,15 +227,9 @@ def test_an_approval_while_its_step_is_leased_is_not_overwritten(
     [attempt] = attempts.claim(limit=10, lease_seconds=60)
     # The approval lands while the batch polls the step (its function saw no approval yet).
     actions.step_approve(run_id=run.pk, step_name="approve", actor="ops:ann", reason="ok")
-    stale = attempts.Result(
-        attempt=attempt,
-        outcome=registry.Poll(after=300, message="old"),
-        memo={},
-        at=now[0],
-        started=now[0],
-    )
+    stale = attempts.tried(attempt, registry.Poll(after=300, message="old"), {}, at=now[0])
 
-    assert attempts.record([stale]).decisions == [None], "the stale poll is dropped"
+    assert attempts.record_repeats([stale]) == set(), "the stale poll is dropped"
 
     approved = StepRun.objects.get(pk=attempt.step.pk)
     assert approved.memo["approved_by"] == "ops:ann"

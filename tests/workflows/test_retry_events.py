@@ -11,7 +11,7 @@ import pytest
 
 from tests.support import capi
 from tests.support import workflows as wf
-from workflows.engine import attempts, policy, scheduling, transitions
+from workflows.engine import attempts, lifecycle, scheduling, transitions
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, RunEvent
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 def test_each_retried_attempt_is_recorded_with_its_error_and_next_time(
     monkeypatch: pytest.MonkeyPatch, now: list[datetime.datetime], sent: list[Any]
 ) -> None:
-    monkeypatch.setattr(policy, "jitter", lambda cap: cap)  # backoff 2 s, then 4 s
+    monkeypatch.setattr(lifecycle, "jitter", lambda cap: cap)  # backoff 2 s, then 4 s
     template = wf.template(
         "flaky", steps=[{"name": "call", "type": "flaky", "with": {"failures": 2}, "retries": 3}]
     )
@@ -72,7 +72,7 @@ def test_each_retried_attempt_is_recorded_with_its_error_and_next_time(
 def test_a_step_out_of_retries_records_its_failure_not_another_retry(
     monkeypatch: pytest.MonkeyPatch, now: list[datetime.datetime], sent: list[Any]
 ) -> None:
-    monkeypatch.setattr(policy, "jitter", lambda cap: cap)
+    monkeypatch.setattr(lifecycle, "jitter", lambda cap: cap)
     # No time budget: the count alone decides.
     step = {"name": "call", "type": "flaky", "with": {"failures": 5}, "retries": 1}
     template = wf.template("flaky", steps=[{**step, "retryForSeconds": 0}])
@@ -98,7 +98,7 @@ def test_a_retrys_backoff_counts_from_the_end_of_a_slow_attempt(
     """An attempt that fails after 5 s (a connect timeout, say) with a 2 s backoff: the next
     attempt is due 2 s after the failure, not 3 s before it was recorded (which let the same
     advance run the step again at once: `failures` 2 after one call)."""
-    monkeypatch.setattr(policy, "jitter", lambda cap: cap)  # backoff 2 s
+    monkeypatch.setattr(lifecycle, "jitter", lambda cap: cap)  # backoff 2 s
     execute_once = attempts.execute_once
 
     def slow(*args: Any, **kwargs: Any) -> Any:

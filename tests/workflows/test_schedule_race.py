@@ -56,7 +56,7 @@ def test_a_run_started_while_another_worker_waited_for_its_lock_keeps_its_steps(
         """Starts the run under its lock, and commits once the second worker waits for it."""
         try:
             with transaction.atomic():
-                locked, _ = scheduling._lock(run.pk, asynchronous=False)
+                locked = scheduling._lock(run.pk, asynchronous=False)
                 assert locked is not None
                 scheduling._run_start(locked, clock.now())
                 started.set()

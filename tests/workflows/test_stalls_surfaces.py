@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import io
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +43,6 @@ __all__ = ["browser"]  # the fixture, used by name
 NS = "stall-ns"
 CLUSTER = "stall-c1"
 UID = "uid-stall-c1"
-
-
-@pytest.fixture
-def clean_redis(redis_client: redis.Redis) -> Iterator[redis.Redis]:
-    for key in redis_client.scan_iter(f"{PREFIX}:*"):
-        redis_client.delete(key)
-    yield redis_client
-    for key in redis_client.scan_iter(f"{PREFIX}:*"):
-        redis_client.delete(key)
 
 
 def _stalled_events(kube: KubeEmulator) -> list[dict[str, Any]]:

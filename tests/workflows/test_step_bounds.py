@@ -13,7 +13,6 @@ image's) and the threads pool (`make run`) and one slot each: a step that hangs 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +43,6 @@ def _run(steps: list[dict[str, Any]], cluster: str = "c1", name: str = "bounded"
 
 def _count(r: redis.Redis, kind: str, run: Run, step: str) -> int:
     return int(r.get(f"{PREFIX}:{kind}:hooksvc-{run.pk}-{step}") or 0)
-
-
-@pytest.fixture
-def clean_redis(redis_client: redis.Redis) -> Iterator[redis.Redis]:
-    for key in redis_client.scan_iter(f"{PREFIX}:*"):
-        redis_client.delete(key)
-    yield redis_client
-    for key in redis_client.scan_iter(f"{PREFIX}:*"):
-        redis_client.delete(key)
 
 
 # --- In process -----------------------------------------------------------------------------
@@ -146,7 +136,7 @@ def test_no_write_extends_a_running_steps_lease(clean_redis: redis.Redis) -> Non
 
     result = attempts.run(attempt)
 
-    assert result.outcome is not None and not isinstance(result.outcome, Exception)
+    assert result.result.outcome is not None and not isinstance(result.result.outcome, Exception)
     assert _xmin(attempt.step.pk) == claimed, "the step's row was written while its code ran"
     assert attempt.step.lease_expires_at is not None
     assert attempt.step.lease_expires_at > clock.now(), "the lease covers the call's bound"

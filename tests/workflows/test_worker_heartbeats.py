@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +63,11 @@ def _leased(run: Run, owner: str, state: str) -> StepRun:
     step = StepRun.objects.get(run=run)
     expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
     StepRun.objects.filter(pk=step.pk).update(
-        state=state, lease_owner=owner, lease_expires_at=expires, claims=step.claims + 1
+        state=state,
+        lease_owner=owner,
+        lease_expires_at=expires,
+        claims=step.claims + 1,
+        unrecorded=step.unrecorded + 1,
     )
     return StepRun.objects.get(pk=step.pk)
 
@@ -130,12 +133,13 @@ def test_the_reaper_frees_a_dead_processes_steps_and_leaves_live_ones_alone(
     for step in (dead_ready, dead_waiting):
         step.refresh_from_db()
         assert (step.lease_owner, step.lease_expires_at) == ("", None)
+        assert (step.lost_by, step.unrecorded) == (DEAD, 1), "its attempt was lost, and counted"
     live_step.refresh_from_db()
     assert live_step.lease_owner == LIVE
     assert set(WorkerBeat.objects.values_list("owner", flat=True)) & {DEAD, LIVE} == {LIVE}
-    # The ready step gets its message; the waiting one is the batch poller's.
+    # Each gets its message: an attempt was lost on it, so no batch takes it (issue 30).
     assert ("run_step", dead_ready.pk) in sent
-    assert ("run_step", dead_waiting.pk) not in sent
+    assert ("run_step", dead_waiting.pk) in sent
     assert workers.reap() == workers.Reaped(owners=[], steps=[]), "reaped once"
 
 
@@ -175,15 +179,6 @@ def test_a_lease_whose_outcome_could_not_be_recorded_is_freed_by_the_heartbeat(
 
 
 # --- Through real worker processes ----------------------------------------------------------
-
-
-@pytest.fixture
-def clean_redis(redis_client: redis.Redis) -> Iterator[redis.Redis]:
-    for key in redis_client.scan_iter(f"{PREFIX}:*"):
-        redis_client.delete(key)
-    yield redis_client
-    for key in redis_client.scan_iter(f"{PREFIX}:*"):
-        redis_client.delete(key)
 
 
 @pytest.mark.slow

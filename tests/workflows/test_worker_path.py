@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from tests.support import capi
 from tests.support import workflows as wf
 from tests.workflows import runs, steps_for_tests  # noqa: F401  (registers count_poll)
-from workflows.engine import attempts, reconciler, scheduling
+from workflows.engine import attempts, reconciler, scheduling, stepstate
 from workflows.hookpath import answers
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, RunEvent, StepRun, WorkflowTemplate
@@ -52,7 +52,7 @@ def _count_schedules(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     schedule = scheduling._schedule
 
-    def counted(run_id: int, results: Sequence[attempts.Result]) -> list[attempts.Attempt]:
+    def counted(run_id: int, results: Sequence[attempts.Tried]) -> list[attempts.Attempt]:
         calls.append(run_id)
         return schedule(run_id, results)
 
@@ -133,16 +133,16 @@ def test_a_repeated_poll_updates_only_its_step(
 
 
 def _count_chain_records(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The steps whose success the chain's one statement records
-    (stepstate.SUCCEED_AND_CLAIM_NEXT)."""
+    """The steps whose success the chain's one statement records (queries.sql
+    `succeed_and_claim_next`, stepstate.apply_chain)."""
     calls: list[int] = []
-    succeed = attempts._succeed_and_claim_next
+    chain = stepstate.apply_chain
 
-    def counted(result: attempts.Result) -> attempts.Recorded:
-        calls.append(result.attempt.step.pk)
-        return succeed(result)
+    def counted(step: StepRun, *args: Any, **kwargs: Any) -> Any:
+        calls.append(step.pk)
+        return chain(step, *args, **kwargs)
 
-    monkeypatch.setattr(attempts, "_succeed_and_claim_next", counted)
+    monkeypatch.setattr(stepstate, "apply_chain", counted)
     return calls
 
 
@@ -187,8 +187,11 @@ def test_a_pending_runs_steps_are_not_read_before_it_makes_them(
     run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3600}}])
     with CaptureQueriesContext(connection) as queries:
         [claimed] = scheduling._schedule(run.pk, [])
-    reads = [q["sql"] for q in queries if "ORDER BY s.position" in q["sql"]]  # sql.RUN_STEPS
-    assert reads == []
+    statements = [q["sql"] for q in queries]
+    reads = [i for i, q in enumerate(statements) if "ORDER BY s.position" in q]  # run_steps
+    made = [i for i, q in enumerate(statements) if q.startswith('INSERT INTO "workflows_steprun"')]
+    assert len(reads) == 1 and len(made) == 1, statements
+    assert reads[0] > made[0], "its steps are read once, after it made them"
     assert claimed.step.name == "w"
 
 

@@ -1,14 +1,14 @@
 """Cleanup of stopped steps: what a step created is deleted when it fails or is cancelled.
 
-A step that fails for good (out of retries, a permanent error, its timeout) is not called
-again, and an operator's cancel or `onDeadline: Fail` moves unfinished steps to CANCELLED
-without calling them: nothing else would delete their Namespaces, Pods or Jobs. So
-`after_stop` sends one `workflows.step_cleanup` task per such step (one with a `cleanup`
-that had started) once the transition commits; `step_cleanup` calls the step type's
-`cleanup`, with no transaction open (as a step's own code runs, invariant 8), and records
-a `cleanup` RunEvent saying whether it ran. A temporary error (the API server unreachable)
-is retried with backoff a few times before the failure is recorded; a lost message is not
-sent again.
+A step that fails for good (out of retries, a permanent error, its timeout) is not called again, and
+an operator's cancel or `onDeadline: Fail` moves unfinished steps to CANCELLED without calling them:
+nothing else would delete their Namespaces, Pods or Jobs. So the Write that stops a step that may
+have acted (one that was ever claimed: a claim starts its clock) says `cleanup`
+(workflows.engine.lifecycle), and the executor sends one `workflows.step_cleanup` task for it once
+the transition commits; `step_cleanup` calls the step type's `cleanup`, with no transaction open (as
+a step's own code runs, invariant 8), and records a `cleanup` RunEvent saying whether it ran. A
+temporary error (the API server unreachable) is retried with backoff a few times before the failure
+is recorded; a lost message is not sent again.
 
 No lock is held while the cleanup runs: an operator may retry the step meanwhile, and
 the retry's objects have other names (a new generation, `StepContext.object_name`). The
@@ -19,11 +19,10 @@ attempt made even after such a retry reset the step's memo.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 from workflows import errors
-from workflows.engine import dispatch, leases, messages, transitions
+from workflows.engine import leases, messages, transitions
 from workflows.models import Run, StepRun
 from workflows.steps import registry
 
@@ -36,16 +35,6 @@ _REASONS: dict[str, str] = {
     StepRun.State.FAILED: "the step failed",
     StepRun.State.CANCELLED: "the step was cancelled",
 }
-
-
-def _has_cleanup(step_type: str) -> bool:
-    found = registry.find(step_type)
-    return found is not None and found.cleanup is not None
-
-
-def after_stop(steps: Iterable[StepRun]) -> None:
-    """Once the transaction commits, clean up the steps that had started (call it inside)."""
-    dispatch.step_cleanups(s.pk for s in steps if s.started_at is not None and _has_cleanup(s.type))
 
 
 class RetryLater(Exception):

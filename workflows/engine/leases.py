@@ -4,7 +4,7 @@ An attempt claims its step by lease (workflows.engine.attempts): the step row na
 owner (this process: host:pid:nonce), the expiry and a token (the row's claim counter).
 While the step's code runs, no transaction is open, so nothing but the lease keeps another
 worker from claiming the step too. A lease lasts its call's bound and STEP_LEASE_SECONDS
-more (workflows.engine.sql): an attempt returns by its bound (workflows.engine.calls), so
+more (queries.sql `claim_steps`): an attempt returns by its bound (workflows.engine.calls), so
 nothing writes to a step while its code runs. A lease is held from its claim until its
 outcome is recorded (workflows.engine.scheduling, polls), not only while its step's code
 runs: an outcome may wait while the same task runs another run's next step, and only such
@@ -134,7 +134,7 @@ class _Heartbeat:
             self._claimed_at = now
             fresh = now - self._beat_at < settings.WORKER_BEAT_SECONDS
         if not fresh:
-            sql.execute(sql.WORKER_BEAT, [owner()])
+            sql.named("worker_beat", {"owner": owner()})
             # Fresh once it commits: a claim's transaction that rolls back takes it along.
             transaction.on_commit(lambda: self._beaten(now))
 
@@ -201,7 +201,7 @@ class _Heartbeat:
             due, beat = self._wait_for_due()
             try:
                 if beat:
-                    sql.execute(sql.WORKER_BEAT, [owner()])
+                    sql.named("worker_beat", {"owner": owner()})
                     with self._lock:
                         self._beat_at = beat
                 if due:

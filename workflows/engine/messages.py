@@ -166,6 +166,17 @@ def step_call_timed_out(seconds: int) -> str:
     return f"the step's code did not return within {seconds} s"
 
 
+def step_attempts_lost(lost: int, lost_by: str) -> str:
+    """Its attempts ended without an outcome `lost` times in a row: the worker died running
+    it (killed, out of memory, a step type that crashes its process). The host is the first
+    part of the claimant's name (host:pid:nonce), the same for every such failure of it."""
+    host = lost_by.split(":", 1)[0] or "unknown"
+    return (
+        f"the worker died {lost} times running this step (no attempt recorded an outcome);"
+        f" last seen on host {host}"
+    )
+
+
 def step_unexpected_error(error: BaseException) -> str:
     # The class name only: the exception's text may hold hosts, tokens or timestamps.
     return f"unexpected error ({type(error).__name__}); see hooksvc logs"

@@ -1,7 +1,7 @@
 """Batched polls: a worker claims due waiting steps together and polls them in one go.
 
 A waiting step due at least POLL_BATCH_MIN_WAIT_SECONDS ahead gets no countdown message
-(attempts.needs_countdown); beat's `workflows.poll_due` finds it by its due_at instead.
+(lifecycle.needs_countdown); beat's `workflows.poll_due` finds it by its due_at instead.
 A batch goes through the one attempt path (workflows.engine.attempts) with many steps at
 once: it claims up to POLL_BATCH_SIZE due waiting steps by lease in one statement
 (POLL_LEASE_SECONDS, extended by the heartbeat while the batch runs), calls each step's
@@ -24,7 +24,7 @@ from collections import defaultdict
 from django.conf import settings
 
 from workflows import clock
-from workflows.engine import attempts, dispatch, leases, scheduling, workers
+from workflows.engine import attempts, dispatch, leases, lifecycle, scheduling, workers
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def poll_due(limit: int | None = None) -> BatchReport:
         # More may be due: another worker process takes the next batch meanwhile.
         dispatch.next_batch()
     stop_at = now + datetime.timedelta(seconds=lease_seconds / 2)
-    results: list[attempts.Result] = []
+    results: list[attempts.Tried] = []
     with leases.heartbeat.hold([a.lease for a in claimed]):
         for attempt in claimed:
             at = clock.now()
@@ -56,9 +56,9 @@ def poll_due(limit: int | None = None) -> BatchReport:
                 results.append(attempts.hand_back(attempt, at=at))
             else:
                 results.append(attempts.run(attempt, at=at))
-        attempts.record(r for r in results if r.repeats)
+        attempts.record_repeats([r for r in results if r.repeats])
     # Every other outcome moves its step: recorded under its run's lock, then the run goes on.
-    moved: dict[int, list[attempts.Result]] = defaultdict(list)
+    moved: dict[int, list[attempts.Tried]] = defaultdict(list)
     for result in results:
         if not result.repeats:
             moved[result.attempt.run.pk].append(result)
@@ -67,8 +67,8 @@ def poll_due(limit: int | None = None) -> BatchReport:
     with leases.heartbeat.hold([r.attempt.lease for rs in moved.values() for r in rs]):
         for run_id, outcomes in moved.items():
             scheduling.advance(run_id, outcomes)
-    polled = sum(1 for r in results if r.outcome is not None)
-    finished = sum(1 for rs in moved.values() for r in rs if attempts.decide(r).finished)
+    polled = sum(1 for r in results if r.result.outcome is not None)
+    finished = sum(1 for rs in moved.values() for r in rs if lifecycle.after(r.result).finished)
     if claimed:
         logger.debug(
             "batch polled",

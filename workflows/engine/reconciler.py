@@ -14,11 +14,10 @@ import logging
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 
 from workflows import clock
-from workflows.engine import dispatch, workers
-from workflows.models import Run, StepRun
+from workflows.engine import dispatch, sql, workers
+from workflows.models import Run
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +35,12 @@ def reconcile(limit: int = 5000) -> ReconcileReport:
     """Re-enqueue runs and steps whose wake-up is overdue (a lost message, a killed worker).
 
     A run is due when it must be scheduled (new, waiting to start, a step just finished,
-    its deadline); a due ready step (a lost countdown) is sent on its own, unless its run
-    is sent in the same pass. Due waiting steps are left to the batch poller
-    (workflows.engine.polls), which claims every one of them, lost countdown or not: a
-    message for them too would only race the batch for the same poll.
+    its deadline); an overdue claimable step that no batch claims (a ready one: a lost
+    countdown; a waiting one whose last attempt was not recorded) is sent on its own,
+    unless its run is sent in the same pass (queries.sql `overdue_steps`). Other due
+    waiting steps are left to the batch poller (workflows.engine.polls), which claims
+    every one of them, lost countdown or not: a message for them too would only race the
+    batch for the same poll.
     """
     # Also here, not only in the batch poller's: when every worker died, beat still runs.
     workers.reap()
@@ -65,15 +66,8 @@ def reconcile(limit: int = 5000) -> ReconcileReport:
     # A run's `advance` executes its due steps, so the steps of a run sent above are not
     # sent again (it would only be a second message for the same work).
     # A step an attempt holds is that attempt's until its lease passes.
-    unleased = Q(lease_owner="") | Q(lease_expires_at__lte=now)
-    step_ids = list(
-        StepRun.objects.filter(
-            unleased, state=StepRun.State.READY, due_at__lte=late, run__state=Run.State.RUNNING
-        )
-        .exclude(run_id__in=run_ids)
-        .order_by("due_at")
-        .values_list("pk", flat=True)[:limit]
-    )
+    found = sql.named("overdue_steps", {"now": now, "late": late, "runs": run_ids, "limit": limit})
+    step_ids = [row["id"] for row in found]
     dispatch.advance(run_ids)
     dispatch.run_steps(step_ids)
     if run_ids or step_ids:

@@ -18,29 +18,26 @@ heartbeat) takes them in id order or skips locked ones.
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from django.db import models, transaction
+from django.db import transaction
 
 from workflows import clock
 from workflows.definitions import typed
 from workflows.engine import (
     attempts,
-    cleanups,
     dispatch,
     leases,
+    lifecycle,
     messages,
     observe,
     sql,
-    stalls,
     stepstate,
     transitions,
 )
 from workflows.models import Run, StepRun
-from workflows.steps import registry
 
 logger = logging.getLogger(__name__)
 
@@ -51,44 +48,37 @@ START_RECHECK_SECONDS = 5
 START_RECHECK = datetime.timedelta(seconds=START_RECHECK_SECONDS)
 
 
-def advance(run_id: int, results: Sequence[attempts.Result] = ()) -> None:
-    """Record `results` (attempts of this run's steps), schedule the run, run its due steps.
+def advance(run_id: int, tried: Sequence[attempts.Tried] = ()) -> None:
+    """Record `tried` (attempts of this run's steps), schedule the run, run its due steps.
 
     Goes on until nothing is due at once: a chain of inline steps runs to its end here,
     one short transaction per step.
     """
-    pending = list(results)
+    pending = list(tried)
     while True:
         # A lease is extended until its outcome is recorded, not only while its step's code
         # runs: an outcome may wait for the run's lock, and a claimed step for those before it.
-        with leases.heartbeat.hold([r.attempt.lease for r in pending]):
+        with leases.heartbeat.hold([t.attempt.lease for t in pending]):
             claimed = _record_and_claim(run_id, pending)
         pending = []
         with leases.heartbeat.hold([a.lease for a in claimed]):
             for attempt in claimed:
-                result = attempts.run(attempt)
-                if result.repeats:
-                    attempts.record([result])  # a poll again: its own row only, not the run's
+                done = attempts.run(attempt)
+                if done.repeats:
+                    attempts.record_repeats([done])  # a poll again: its own row, not the run's
                 else:
-                    pending.append(result)
+                    pending.append(done)
         if not pending:
             return
 
 
-def _record_and_claim(run_id: int, pending: list[attempts.Result]) -> list[attempts.Attempt]:
-    """Record `pending` and claim the run's steps due next (what this worker runs itself)."""
-    if len(pending) == 1 and attempts.can_claim_next(pending[0]):
-        # The fast path of a chain: record and claim what it made due, one statement.
-        recorded = attempts.record(pending, claim_next=True)
-        if recorded.next is not None:
-            return recorded.next or _schedule(run_id, [])
-    # A first poll the run's answer does not show: its own row, one statement.
-    if (
-        len(pending) == 1
-        and attempts.starts_waiting_alone(pending[0])
-        and attempts.record_first_poll(pending[0])
-    ):
-        return []
+def _record_and_claim(run_id: int, pending: list[attempts.Tried]) -> list[attempts.Attempt]:
+    """Record `pending` and claim the run's steps due next (what this worker runs itself):
+    one outcome on its fast path where lifecycle.route gives it one, else under the run's lock."""
+    if len(pending) == 1:
+        fast = attempts.record_fast(pending[0])
+        if fast is not None:
+            return fast.claimed or (_schedule(run_id, []) if fast.settle else [])
     return _schedule(run_id, pending)
 
 
@@ -97,25 +87,25 @@ def run_step(step_id: int) -> None:
     claimed = attempts.claim(step_ids=[step_id])
     if not claimed:
         return  # not due, its run not running, or another attempt holds it
-    result = attempts.run(claimed[0])
-    if result.repeats:
-        attempts.record([result])
+    done = attempts.run(claimed[0])
+    if done.repeats:
+        attempts.record_repeats([done])
         return
-    advance(claimed[0].run.pk, [result])
+    advance(claimed[0].run.pk, [done])
 
 
-def _schedule(run_id: int, results: Sequence[attempts.Result]) -> list[attempts.Attempt]:
-    """Under the run's lock: record `results`, start the run, promote steps, settle its state,
+def _schedule(run_id: int, tried: Sequence[attempts.Tried]) -> list[attempts.Attempt]:
+    """Under the run's lock: record `tried`, start the run, promote steps, settle its state,
     and claim the due steps this worker runs next (the others are sent)."""
     # Outcomes of inline steps (no side effects) need not wait for the disk: were the
     # commit lost in a crash, the steps would run again to the same outcomes.
-    asynchronous = bool(results) and all(_inline(r.attempt.step.type) for r in results)
+    asynchronous = bool(tried) and all(lifecycle.inline(t.attempt.step.type) for t in tried)
     with transaction.atomic():
-        run, steps = _lock(run_id, asynchronous=asynchronous)
+        run = _lock(run_id, asynchronous=asynchronous)
         if run is None:
             return []
-        if results:
-            _record(run, results, steps)
+        for each in tried:
+            attempts.record_scheduled(each, run=run)
         if run.is_finished:
             return []
         now = clock.now()
@@ -134,139 +124,57 @@ def _schedule(run_id: int, results: Sequence[attempts.Result]) -> list[attempts.
                 if blocker != run.message or stale:
                     Run.objects.filter(pk=run.pk).update(message=blocker, wake_at=wake)
                 return []
-            steps = _run_start(run, now)
+            _run_start(run, now)
+        steps, claimable, promotable = _steps(run_id, now)
         passed = run.deadline_at and now >= run.deadline_at and not run.deadline_exceeded
         if passed:
-            _deadline_act(run, steps)
+            _deadline_act(run, steps, now)
             if run.is_finished:
                 return []
-        promotable = _promotable(steps)
-        mine = [] if _failed(steps) else _mine(steps, promotable, now)
-        _promote([s for s in promotable if s not in mine], now)
-        claimed = attempts.claim(step_ids=[s.pk for s in mine if s in promotable], promote=True)
-        claimed += attempts.claim(step_ids=[s.pk for s in mine if s not in promotable])
-        for attempt in claimed:
-            _apply(steps, attempt.step)
-        dispatch.run_steps(s.pk for s in steps if _claimable(s, now) and s not in mine)
+        failed = any(s.state == StepRun.State.FAILED for s in steps)
+        mine = [] if failed else _mine(steps, claimable | promotable)
+        for step in steps:
+            if step.pk in promotable and step not in mine:
+                stepstate.apply(step, lifecycle.promote(now))
+        claimed = attempts.claim(step_ids=[s.pk for s in mine if s.pk in promotable], promote=True)
+        claimed += attempts.claim(step_ids=[s.pk for s in mine if s.pk not in promotable])
+        by_id = {a.step.pk: a.step for a in claimed}
+        steps = [by_id.get(s.pk, s) for s in steps]
+        dispatch.run_steps(s.pk for s in steps if s.pk in claimable and s.pk not in by_id)
         # A claimed inline step is back here in a moment: its run's message can wait.
-        _settle(run, steps, now, message=not any(_inline(a.step.type) for a in claimed))
+        inline = any(lifecycle.inline(a.step.type) for a in claimed)
+        _settle(run, steps, now, message=not inline)
         return claimed if run.state == Run.State.RUNNING else []
 
 
-def _lock(run_id: int, *, asynchronous: bool) -> tuple[Run | None, list[StepRun]]:
-    """The run's row, locked, then its steps in their order: two statements, so that the
-    steps are read after the lock is held (sql.LOCK_RUN says why). A pending run has no
-    steps yet (they are made as it starts, under this lock): they are not read."""
-    params = {"run": run_id, "commit": "off" if asynchronous else "on"}
-    locked = sql.fetch(sql.LOCK_RUN, params)
-    if not locked:
-        return None, []
-    run = _from_row(Run, sql.SCHEDULE_RUN_COLUMNS, locked[0])
-    if run.state == Run.State.PENDING:
-        return run, []
-    rows = sql.fetch(sql.RUN_STEPS, {"run": run_id})
-    return run, [_from_row(StepRun, sql.SCHEDULE_STEP_COLUMNS, r) for r in rows]
-
-
-def _from_row(model: type[_M], columns: Sequence[str], values: Sequence[Any]) -> _M:
-    """A model instance from a raw row of these columns (the others deferred), as the ORM
-    would build it: jsonb arrives as text through a raw cursor."""
-    decoded = [
-        json.loads(v) if c in _JSON_COLUMNS and isinstance(v, str | bytes) else v
-        for c, v in zip(columns, values, strict=True)
-    ]
-    return model.from_db("default", columns, decoded)
-
-
-#: The JSON columns scheduling reads (they are named alike in both tables).
-_JSON_COLUMNS = frozenset(
-    str(f.column)
-    for model in (Run, StepRun)
-    for f in model._meta.concrete_fields
-    if isinstance(f, models.JSONField)
-)
-
-
-def _record(run: Run, results: Sequence[attempts.Result], steps: list[StepRun]) -> None:
-    """Record the attempts' outcomes (by lease) and carry what was written into `steps`."""
-    for result, decision in zip(results, attempts.record(results).decisions, strict=True):
-        if decision is None:
-            continue
-        step = result.attempt.step
-        _apply(steps, step)
-        # Only a first poll comes here (a repeated one is recorded alone): it starts waiting.
-        if decision.state == StepRun.State.WAITING and registry.waits_for_person(step.type):
-            _announce_person(run, step)
-
-
-def _announce_person(run: Run, step: StepRun) -> None:
-    """An Event on the Cluster: the run waits for a person, what for, and how to approve."""
-    moment = f"{run.hook} {run.moment}" if run.moment else run.hook
-    text = messages.run_awaiting_person(
-        run.pk,
-        run.template_name,
-        registry.waiting_message(step.type),
-        step.name,
-        moment=moment,
-        asks=registry.asks(step.params, waits_for_person=True),
+def _lock(run_id: int, *, asynchronous: bool) -> Run | None:
+    """The run's row, locked (queries.sql `lock_run` says why its steps are read apart)."""
+    found = sql.named(
+        "lock_run", {"run": run_id, "commit": "off" if asynchronous else "on"}, json=("spec",)
     )
-    dispatch.cluster_event(run.pk, dispatch.AWAITING_APPROVAL, text)
+    return _instance(Run, found[0]) if found else None
 
 
-#: The columns an attempt's claim or record changes, copied onto the scheduler's rows.
-_ATTEMPT_FIELDS = (
-    "state",
-    "due_at",
-    "finished_at",
-    "started_at",
-    "failures",
-    "memo",
-    "output",
-    "message",
-    "claims",
-    "lease_owner",
-    "lease_expires_at",
-)
+def _steps(run_id: int, now: datetime.datetime) -> tuple[list[StepRun], set[int], set[int]]:
+    """The run's steps in their order, and which of them PostgreSQL finds claimable and
+    promotable now (queries.sql `run_steps`)."""
+    rows = sql.named("run_steps", {"run": run_id, "now": now}, json=("depends_on",))
+    claimable = {row["id"] for row in rows if row.pop("claimable")}
+    promotable = {row["id"] for row in rows if row.pop("promotable")}
+    return [_instance(StepRun, row) for row in rows], claimable, promotable
 
 
-def _apply(steps: list[StepRun], changed: StepRun) -> None:
-    for step in steps:
-        if step.pk == changed.pk:
-            for name in _ATTEMPT_FIELDS:
-                if name in changed.__dict__:
-                    setattr(step, name, getattr(changed, name))
+def _instance(model: type[_M], row: dict[str, Any]) -> _M:
+    """A model instance from a row of some of its columns (the others deferred), as the ORM
+    would build it."""
+    names = [f.attname for f in model._meta.concrete_fields if f.attname in row]
+    return model.from_db("default", names, [row[name] for name in names])
 
 
-def _promotable(steps: list[StepRun]) -> list[StepRun]:
-    """Pending steps whose dependencies are all done (succeeded or skipped)."""
-    states = {s.name: s.state for s in steps}
-    return [
-        s
-        for s in steps
-        if s.state == StepRun.State.PENDING
-        and all(states.get(dep) in StepRun.DONE for dep in s.depends_on)
-    ]
-
-
-def _failed(steps: list[StepRun]) -> bool:
-    return any(s.state == StepRun.State.FAILED for s in steps)
-
-
-def _mine(steps: list[StepRun], promotable: list[StepRun], now: datetime.datetime) -> list[StepRun]:
+def _mine(steps: list[StepRun], due: set[int]) -> list[StepRun]:
     """The due steps this worker runs itself: every inline one, else the first due one."""
-    due = [s for s in steps if s in promotable or _claimable(s, now)]
-    return [s for s in due if _inline(s.type)] or due[:1]
-
-
-def _claimable(step: StepRun, now: datetime.datetime) -> bool:
-    """Due, and no attempt holds it (the claim checks again on the row)."""
-    leased = step.lease_owner and step.lease_expires_at and step.lease_expires_at > now
-    return step.state in StepRun.DUE and bool(step.due_at and step.due_at <= now) and not leased
-
-
-def _inline(type_name: str) -> bool:
-    step_type = registry.find(type_name)
-    return step_type is not None and step_type.inline
+    found = [s for s in steps if s.pk in due]
+    return [s for s in found if lifecycle.inline(s.type)] or found[:1]
 
 
 def _start_blocker(run: Run) -> tuple[str, bool]:
@@ -301,41 +209,16 @@ def _start_blocker(run: Run) -> tuple[str, bool]:
 
 def _lock_budget(template_name: str) -> None:
     """Serialise one template's starts: two workers never both take the last slot."""
-    sql.execute(sql.BUDGET_LOCK, [template_name])
+    sql.named("budget_lock", {"template": template_name})
 
 
-def _run_start(run: Run, now: datetime.datetime) -> list[StepRun]:
-    """Create the run's steps from its spec and move it to RUNNING; its steps, in order."""
+def _run_start(run: Run, now: datetime.datetime) -> None:
+    """Create the run's steps from its spec (stepstate.create) and move it to RUNNING."""
     spec = typed.of(run.spec)
-    StepRun.objects.bulk_create(
-        [
-            StepRun(
-                run=run,
-                name=s.name,
-                position=i,
-                type=s.type,
-                params=dict(s.params),
-                depends_on=list(s.depends_on),
-                timeout_seconds=(
-                    s.timeout_seconds if s.timeout_seconds is not None else _bound(s.type)[0]
-                ),
-                call_timeout_seconds=_bound(s.type)[1],
-                retries=s.retries,
-                retry_for_seconds=s.retry_for_seconds,
-                waits_for_person=registry.waits_for_person(s.type),
-                stall_seconds=(
-                    s.stall_seconds
-                    if s.stall_seconds is not None
-                    else stalls.normal_seconds(s.type, s.params)
-                ),
-            )
-            for i, s in enumerate(spec.steps)
-        ],
-        ignore_conflicts=True,
-    )
+    stepstate.create(run, spec.steps)
     # What the run says once its first steps are due (see _settle), and when it must be
     # woken (its deadline): written with the move, so that scheduling need not write the
-    # run's row again, nor a first poll (attempts.record_first_poll) take the run's lock.
+    # run's row again, nor a first poll (lifecycle.Path.ALONE) take the run's lock.
     first = next((s for s in spec.steps if not s.depends_on), None)
     transitions.run_move(
         run,
@@ -349,20 +232,6 @@ def _run_start(run: Run, now: datetime.datetime) -> list[StepRun]:
     )
     logger.info("run started", extra={"action": "run_started", **observe.log_fields(run)})
     dispatch.cluster_event(run.pk, "started")
-    return list(run.steps.all())
-
-
-def _bound(type_name: str) -> tuple[int, int | None]:
-    """A step type's default timeoutSeconds and the bound of one call of its function."""
-    step_type = registry.find(type_name)
-    if step_type is None:  # unknown: its attempt fails at once
-        return registry.DEFAULT_TIMEOUT_SECONDS, registry.DEFAULT_CALL_TIMEOUT_SECONDS
-    return step_type.default_timeout_seconds, step_type.call_timeout_seconds
-
-
-def _promote(steps: list[StepRun], now: datetime.datetime) -> None:
-    for step in steps:
-        stepstate.move(step, StepRun.State.READY, allowed_from=[StepRun.State.PENDING], due_at=now)
 
 
 def _settle(run: Run, steps: list[StepRun], now: datetime.datetime, *, message: bool) -> None:
@@ -392,20 +261,7 @@ def _settle(run: Run, steps: list[StepRun], now: datetime.datetime, *, message: 
             Run.objects.filter(pk=run.pk).update(wake_at=wake_at)
             run.wake_at = wake_at
         return
-    current = next((s for s in steps if s.state in StepRun.DUE), None)
-    waiting = registry.waiting_message(current.type) if current is not None else ""
-    if current is None:
-        text = messages.run_running(name)
-    elif (
-        current.state == StepRun.State.WAITING
-        and current.message
-        and registry.says_own_wait(current.type)
-    ):
-        text = messages.run_waits(name, current.message, current.name)
-    elif waiting and current.state == StepRun.State.WAITING:
-        text = messages.run_waiting_at_step(name, waiting, current.name)
-    else:
-        text = messages.run_running_step(name, current.name)
+    text = lifecycle.run_message(name, steps)
     if text != run.message or wake_at != run.wake_at:
         Run.objects.filter(pk=run.pk).update(message=text, wake_at=wake_at)
         run.message, run.wake_at = text, wake_at
@@ -418,7 +274,7 @@ def _wake_at(run: Run) -> datetime.datetime | None:
     return run.deadline_at if run.deadline_at and not run.deadline_exceeded else None
 
 
-def _deadline_act(run: Run, steps: list[StepRun]) -> None:
+def _deadline_act(run: Run, steps: list[StepRun], now: datetime.datetime) -> None:
     """The deadline passed: Fail ends the run; Block and Proceed are recorded and alerted.
 
     Fail cancels the unfinished steps at once, also one an attempt is running: that
@@ -441,10 +297,7 @@ def _deadline_act(run: Run, steps: list[StepRun]) -> None:
     if action == typed.FAIL:
         for step in steps:
             if step.state not in StepRun.FINISHED:
-                stepstate.move(
-                    step, StepRun.State.CANCELLED, allowed_from=[step.state], record=False
-                )
-        cleanups.after_stop(s for s in steps if s.state == StepRun.State.CANCELLED)
+                stepstate.apply(step, lifecycle.cancelled(step, now))
         transitions.run_move(
             run,
             Run.State.FAILED,

@@ -1,28 +1,78 @@
-"""The hand-written SQL of the hook path and the engine's reads and locks, and the helpers
-that run statements; the statements that write a step's state, lease or attempt fields
-are the one writer's (workflows.engine.stepstate).
+"""The engine's SQL: the named statements of workflows/engine/queries.sql, the hook path's
+statements, and the helpers that run them.
 
-These run where the ORM cost more CPU than PostgreSQL spent (the hook path's poll), or
-where one statement must do what the ORM would do in several. Each statement's column list
-is built from one tuple, which the caller also uses to name the values of a returned row.
-Table names are Django's defaults for the models in workflows/models.py; the column tuples
-hold names only, never input, so building the text from them is safe (values always go as
-parameters).
+queries.sql holds every statement of the engine (claims, records, leases, reaper, reconciler,
+scheduling's lock and read), each a named block of plain SQL (`QUERIES[name]`), so that each
+reads as it runs. The hook path's query stays here, its columns one tuple each, which the
+hook path also uses to name the values it reads. Table names are Django's defaults for the
+models in workflows/models.py; values always go as parameters.
 """
 
 from __future__ import annotations
 
+import json as _json
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from django.db import connection
 
-from workflows.models import Run, StepRun
+from workflows.models import StepRun
 
 
 def columns(alias: str, names: Sequence[str]) -> str:
     """`alias.name, ...` of `names` (names only, never input)."""
     return ", ".join(f"{alias}.{name}" for name in names)
+
+
+_BLOCK = re.compile(r"^-- name: (\w+)\n", re.MULTILINE)
+
+
+def _load(path: Path) -> dict[str, str]:
+    """The named statements of a .sql file: each block from its `-- name:` line to the next,
+    without its comment lines (psycopg would read a placeholder named in a comment)."""
+    text = path.read_text()
+    names = list(_BLOCK.finditer(text))
+    blocks = {
+        found.group(1): text[found.end() : following.start() if following else None]
+        for found, following in zip(names, [*names[1:], None], strict=True)
+    }
+    return {
+        name: "\n".join(
+            line for line in block.splitlines() if not line.lstrip().startswith("--")
+        ).strip()
+        for name, block in blocks.items()
+    }
+
+
+#: The engine's statements by name (workflows/engine/queries.sql).
+QUERIES: Mapping[str, str] = _load(Path(__file__).with_name("queries.sql"))
+
+
+def named(
+    name: str, params: Mapping[str, Any] | None = None, *, json: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """Run the named statement; each returned row as a dict by column name, the `json`
+    columns decoded (jsonb comes as text through a raw cursor of Django's connection)."""
+    with connection.cursor() as cursor:
+        cursor.execute(QUERIES[name], params or {})
+        if not cursor.description:
+            return []
+        names = [column.name for column in cursor.description]
+        found = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    for row in found:
+        for column in json:
+            if isinstance(row.get(column), str | bytes):
+                row[column] = _json.loads(row[column])
+    return found
+
+
+def count(name: str, params: Mapping[str, Any] | None = None) -> int:
+    """Run the named statement; the number of rows it changed."""
+    with connection.cursor() as cursor:
+        cursor.execute(QUERIES[name], params or {})
+        return int(cursor.rowcount)
 
 
 def rows(
@@ -86,20 +136,6 @@ def _json_values(alias: str, names: Sequence[str]) -> str:
 #: the expiry as seconds since the epoch.
 BYPASS_COLUMNS = ("id", "selector", "actor", "reason", "expires_at")
 
-#: How late (seconds) the engine's oldest due work is: a due step no attempt holds, or a run
-#: due to start (NULL when none is due). Each is the first entry of a partial index
-#: (workflows_step_due_idx, workflows_run_wake_idx), but under a backlog the step scan passes
-#: over the steps that batches hold (0.7-9 ms measured): a web process reads it once a second
-#: (workflows.hookpath.backlog), not each hook call. Parameters: now.
-ENGINE_LATE = (
-    "SELECT extract(epoch FROM %(now)s - least("  # noqa: S608  # nosec B608
-    "(SELECT min(ds.due_at) FROM workflows_steprun ds"
-    f" WHERE ds.state IN ({', '.join(repr(str(s)) for s in StepRun.DUE)})"
-    " AND ds.due_at <= %(now)s AND (ds.lease_owner = '' OR ds.lease_expires_at <= %(now)s)),"
-    " (SELECT min(dr.wake_at) FROM workflows_run dr"
-    " WHERE dr.state = 'pending' AND dr.wake_at <= %(now)s)))"
-)
-
 #: The steady-state poll, written out: compiling the equivalent ORM query (a FilteredRelation
 #: join) cost more CPU than PostgreSQL spends running it. Runs are joined by their template's
 #: name, as the unique constraint (workflows_run_moment_uniq) keys them: a template deleted
@@ -145,70 +181,3 @@ HOOK_CALL_COLUMNS = (
 )
 #: The hook-call records a process buffered, in one COPY (workflows.hookpath.hookcalls).
 COPY_HOOK_CALLS = f"COPY workflows_hookcall ({', '.join(HOOK_CALL_COLUMNS)}) FROM STDIN"
-
-
-# --- Scheduling -----------------------------------------------------------------------------
-
-#: The columns scheduling reads of a run and of its steps: not what only a step's own
-#: attempt reads (the run's context; a step's params, memo and output, JSON to decode).
-SCHEDULE_RUN_COLUMNS = tuple(
-    str(f.column) for f in Run._meta.concrete_fields if f.name not in ("context",)
-)
-SCHEDULE_STEP_COLUMNS = tuple(
-    str(f.column)
-    for f in StepRun._meta.concrete_fields
-    if f.name not in ("params", "memo", "output")
-)
-
-#: Lock a run's row and read it; it also sets this transaction's synchronous_commit
-#: (parameter `commit`, on or off). Parameters: commit, run. Columns: SCHEDULE_RUN_COLUMNS.
-#: Its steps are read by the next statement (RUN_STEPS), not joined here: under READ
-#: COMMITTED, a row lock that waited for another transaction re-reads only the locked row,
-#: and a joined table stays as the statement's snapshot saw it (PostgreSQL documentation,
-#: "Transaction Isolation", Read Committed: "it does not see effects of those commands on
-#: other rows"). A run another worker was starting would then come back running with no
-#: steps, and "every step done" holds of no steps.
-LOCK_RUN = f"""
-    SELECT {columns("r", SCHEDULE_RUN_COLUMNS)}
-    FROM (SELECT set_config('synchronous_commit', %(commit)s, true)) AS c, workflows_run AS r
-    WHERE r.id = %(run)s
-    FOR UPDATE OF r
-"""  # noqa: S608  # nosec B608
-#: A run's steps in their order, read once its row is locked (a snapshot of their own).
-#: Parameters: run. Columns: SCHEDULE_STEP_COLUMNS.
-RUN_STEPS = f"""
-    SELECT {columns("s", SCHEDULE_STEP_COLUMNS)} FROM workflows_steprun AS s
-    WHERE s.run_id = %(run)s ORDER BY s.position
-"""  # noqa: S608  # nosec B608
-
-#: Serialises one template's starts (parameter: its name) until the transaction ends, so two
-#: workers never both take the last slot of its concurrency budget.
-BUDGET_LOCK = "SELECT pg_advisory_xact_lock(hashtext('budget:' || %s))"
-
-#: This transaction's commit does not wait for the disk: a crash may lose it.
-ASYNCHRONOUS_COMMIT = "SET LOCAL synchronous_commit TO OFF"
-
-# --- Worker liveness (workflows.engine.workers) ---------------------------------------------
-
-#: This process is alive: its heartbeat row, on the database's clock. Parameters: the owner.
-WORKER_BEAT = """
-    INSERT INTO workflows_workerbeat (owner, started_at, beat_at)
-    VALUES (%s, statement_timestamp(), statement_timestamp())
-    ON CONFLICT (owner) DO UPDATE SET beat_at = EXCLUDED.beat_at
-"""
-
-#: Whether any process' heartbeat is older than `dead` seconds: a read, each batch poll's,
-#: before anything is written. Parameters: dead.
-ANY_DEAD_WORKER = """
-    SELECT 1 FROM workflows_workerbeat
-    WHERE beat_at < statement_timestamp() - make_interval(secs => %(dead)s) LIMIT 1
-"""
-
-#: The processes whose heartbeat is older than `dead` seconds, forgotten (one reaper wins
-#: each: the others find the row gone). A process that was only stalled beats again and is
-#: a new row. Parameters: dead. Returns their owners.
-FORGET_DEAD_WORKERS = """
-    DELETE FROM workflows_workerbeat
-    WHERE beat_at < statement_timestamp() - make_interval(secs => %(dead)s)
-    RETURNING owner
-"""

@@ -5,11 +5,11 @@ within a streak of failed attempts: its state, its message or its output. A trig
 step table records it (`progress_at`, migration 0015_step_stalls) on change only, so a poll
 that reports the same costs no write, and every writer of a step's row counts alike. An
 error is no progress, nor is the poll after it that reports what the step reported before.
-This is not the error budget's "progress" (workflows.engine.policy: any successful poll
+This is not the error budget's "progress" (workflows.engine.lifecycle: any successful poll
 ends a streak of failures): a Job polled every 10 s for an hour with the same "1 active"
 keeps its budget whole but makes no progress here.
 
-Each step gets its bound when its run starts (`normal_seconds`: its type's
+Each step gets its bound when its run starts (workflows.engine.lifecycle.created: its type's
 StepType.stall_seconds, docs/stalls.md lists the built-in ones; 0: never stalled). A step
 that waits for a person never stalls: it shows as awaiting approval, and its run's
 deadline bounds it. Everything below reads the whole fleet in one query: `where` (steps),
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from django.db import transaction
@@ -60,14 +59,6 @@ logger = logging.getLogger(__name__)
 STALLED = "stalled"
 #: At most this many new stalls are announced per pass; the rest on the next.
 NOTICE_LIMIT = 500
-
-
-def normal_seconds(type_name: str, params: Mapping[str, Any]) -> int:
-    """The bound a step of type `type_name` with `params` gets (StepRun.stall_seconds)."""
-    step_type = registry.find(type_name)
-    if step_type is None:  # unknown: its attempt fails at once
-        return registry.DEFAULT_STALL_SECONDS
-    return step_type.normal_seconds(params)
 
 
 class _Seconds(Func):

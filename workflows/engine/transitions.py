@@ -2,10 +2,9 @@
 
 `run_move` updates a run only if it is still in one of the states the caller expected, and
 records a RunEvent in the same transaction; when the row has moved on (another worker, an
-operator), it raises `InvalidTransition` and changes nothing. A step's moves are written by
-the one writer of a step's state, workflows.engine.stepstate (`step_move` here is its
-`move`); `retry_record` and `action_record` keep a step's retries and operators' actions
-in the history.
+operator), it raises `InvalidTransition` and changes nothing. A step's moves are decided by
+workflows.engine.lifecycle and written by workflows.engine.stepstate; `retry_record` and
+`action_record` keep a step's retries and operators' actions in the history.
 """
 
 from __future__ import annotations
@@ -15,15 +14,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from workflows import clock
-from workflows.engine import messages, stepstate
+from workflows.engine import messages
 from workflows.models import Run, RunEvent, StepRun
 
-#: A step's moves are the one writer's (workflows.engine.stepstate); the names stay here for
-#: the callers that move runs and steps together (operator actions).
-InvalidTransition = stepstate.InvalidTransition
-LeaseLost = stepstate.LeaseLost
-LEASE_FREE = stepstate.LEASE_FREE
-step_move = stepstate.move
+
+class InvalidTransition(Exception):
+    """The row was not in a state the transition starts from."""
 
 
 def run_move(

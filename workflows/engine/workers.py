@@ -1,14 +1,16 @@
 """Dead workers found in seconds: the reaper frees the leases of processes that stopped beating.
 
 Every process that holds step leases writes its WorkerBeat row every WORKER_BEAT_SECONDS
-(workflows.engine.leases). `reap` forgets the processes whose row is older than
-WORKER_DEAD_SECONDS, on the database's clock (hosts' clocks may differ by seconds; a lease
-was judged by the claiming host's clock, but seconds matter here), frees the leases they
-held, and sends a message for each freed step that is ready (a waiting one is the batch
-poller's, which runs every beat period). Live workers reap on each batch poll (beat sends
-one every HOOKSVC_POLL_BATCH_SECONDS, and whichever worker takes it reaps first), and
-beat's reconciler reaps too, for when every worker died. With no dead process it is one
-read of a table of a row per live process, and no write.
+(workflows.engine.leases). `reap` forgets the processes whose row is older than WORKER_DEAD_SECONDS,
+on the database's clock (hosts' clocks may differ by seconds; a lease was judged by the claiming
+host's clock, but seconds matter here), frees the leases they held, and sends a message for each
+freed step: a step whose attempt was not recorded is claimed alone (queries.sql `claim_due_waiting`
+leaves it out of batches), so that a step that kills its worker takes no batch down with it, and
+fails once that happened HOOKSVC_STEP_LOST_ATTEMPTS times in a row
+(workflows.engine.lifecycle.before_call). Live workers reap on each batch poll (beat sends one every
+HOOKSVC_POLL_BATCH_SECONDS, and whichever worker takes it reaps first), and beat's reconciler reaps
+too, for when every worker died. With no dead process it is one read of a table of a row per live
+process, and no write.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from django.conf import settings
 from django.db import transaction
 
 from workflows.engine import dispatch, sql, stepstate
-from workflows.models import StepRun
 
 logger = logging.getLogger(__name__)
 
@@ -34,22 +35,22 @@ class Reaped:
 
 def reap() -> Reaped:
     """Forget dead worker processes, free their steps, and wake the ready ones."""
-    if not sql.fetch(sql.ANY_DEAD_WORKER, {"dead": _dead()}):
+    if not sql.named("any_dead_worker", {"dead": _dead()}):
         return Reaped(owners=[], steps=[])
     with transaction.atomic():
-        owners = [row[0] for row in sql.fetch(sql.FORGET_DEAD_WORKERS, {"dead": _dead()})]
-        freed = stepstate.free_leases_of(owners) if owners else []
-        dispatch.run_steps(sorted(i for i, state in freed if state == StepRun.State.READY))
+        owners = [row["owner"] for row in sql.named("forget_dead_workers", {"dead": _dead()})]
+        freed = sorted(stepstate.free_leases_of(owners)) if owners else []
+        dispatch.run_steps(freed)
     if owners:
         logger.warning(
             "dead workers' steps freed",
             extra={
                 "action": "workers_reaped",
                 "owners": owners,
-                "steps": sorted(i for i, _ in freed),
+                "steps": freed,
             },
         )
-    return Reaped(owners=owners, steps=sorted(i for i, _ in freed))
+    return Reaped(owners=owners, steps=freed)
 
 
 def _dead() -> float:

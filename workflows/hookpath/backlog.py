@@ -4,7 +4,7 @@ A hook call answers from it (workflows.hookpath.retry.engine_behind): while the 
 oldest due work is late, CAPI is asked to come back later and no call is held. It is read by
 a thread of each gunicorn worker (started by hooksvc.serving.gunicorn_conf.post_worker_init)
 rather than in the hook's one query: under a backlog its index scan passes over the steps
-that batches hold, and cost 0.7-9 ms a call (engine.sql.ENGINE_LATE). A figure up to a second
+that batches hold, and cost 0.7-9 ms a call (queries.sql `engine_late`). A figure up to a second
 old is enough to tell a backlog. Where the thread does not run (Django's test client, a
 shell), or while PostgreSQL does not answer, it is 0: not behind.
 """
@@ -16,7 +16,7 @@ import os
 import threading
 import time
 
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, close_old_connections
 
 from workflows import clock
 from workflows.engine import sql
@@ -39,10 +39,8 @@ def late() -> float:
 def read() -> float:
     """Read the figure now, and keep it for `late`."""
     global _late
-    with connection.cursor() as cursor:
-        cursor.execute(sql.ENGINE_LATE, {"now": clock.now()})
-        (value,) = cursor.fetchone()
-    _late = max(0.0, float(value or 0.0))
+    [row] = sql.named("engine_late", {"now": clock.now()})
+    _late = max(0.0, float(row["late"] or 0.0))
     return _late
 
 

@@ -126,7 +126,7 @@ def _write(rows: list[HookCall]) -> None:
     disk (asynchronous commit, this transaction only): a crash may lose the last records,
     never a run."""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(sql.ASYNCHRONOUS_COMMIT)
+        cursor.execute(sql.QUERIES["asynchronous_commit"])
         with cursor.copy(sql.COPY_HOOK_CALLS) as copy:
             for row in rows:
                 copy.write_row([getattr(row, column) for column in sql.HOOK_CALL_COLUMNS])

@@ -13,7 +13,7 @@ and `timeoutSeconds`), the run's deadline, or a pending run's next start check, 
 later, the least time its template takes from its start (`least_seconds`: the longest path
 through dependsOn of the least time each step's type declares; a run cannot succeed before,
 so CAPI's second call comes at its end, not a second after the first to learn it);
-plus the margin the engine's rule gives it to act (policy.acts_within), rounded up to whole
+plus the margin the engine's rule gives it to act (lifecycle.acts_within), rounded up to whole
 seconds, never above the template's `retryAfterSeconds` and never below 1. When that moment
 has passed and the engine has not acted yet (the broker down, or an attempt that holds the
 step's lease while its code runs), it answers about as long as the engine is late, so that
@@ -51,22 +51,19 @@ from typing import Any
 from django.conf import settings
 
 from workflows.definitions import typed
-from workflows.engine import policy
+from workflows.engine import lifecycle
 from workflows.models import Run, StepRun
-from workflows.steps import registry
 
 #: How long after a step comes due the engine has acted, polled by a countdown (the
-#: engine's rule: workflows.engine.policy.acts_within).
-ENGINE_MARGIN_SECONDS = policy.ENGINE_MARGIN_SECONDS
+#: engine's rule: workflows.engine.lifecycle.acts_within).
+ENGINE_MARGIN_SECONDS = lifecycle.ENGINE_MARGIN_SECONDS
 #: A lingering call first re-reads this long after the change's moment: a countdown's outcome
 #: was recorded 10-30 ms after it in the fleet benchmark.
 SETTLE_SECONDS = 0.05
 
 
-def engine_behind(late: float) -> bool:
-    """The engine's oldest due work is later than a batch poll's period and a margin: more
-    than its normal lag, so it is working through a backlog (or its broker is down)."""
-    return late > settings.POLL_BATCH_SECONDS + ENGINE_MARGIN_SECONDS
+#: The engine's oldest due work is later than its normal lag (lifecycle.behind).
+engine_behind = lifecycle.behind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +152,7 @@ def _step_changes(step: StepTimes, now: datetime.datetime) -> list[Change]:
 
 def _margin(step: StepTimes, due_at: datetime.datetime, now: datetime.datetime) -> float:
     """How long after its recorded due_at the engine has acted on the step, by the engine's
-    own rule (policy.acts_within) for a poll set that far ahead.
+    own rule (lifecycle.acts_within) for a poll set that far ahead.
 
     How far ahead its poll was set is measured from when it started (its last poll is not
     read), so that a batched step keeps its margin once it is due: a step polled often for
@@ -163,7 +160,7 @@ def _margin(step: StepTimes, due_at: datetime.datetime, now: datetime.datetime) 
     the change lingers through it all the same.
     """
     since = min(step.started_at or now, now)
-    return policy.acts_within(step.state, (due_at - since).total_seconds())
+    return lifecycle.acts_within(step.state, (due_at - since).total_seconds())
 
 
 def awaiting_person(steps: Iterable[StepTimes]) -> bool:
@@ -260,7 +257,7 @@ _least_lock = threading.Lock()
 
 
 def _duration(step: typed.Step) -> float:
-    least = registry.least_seconds(step.type, step.params)
+    least = lifecycle.least_seconds(step.type, step.params)
     return min(least, float(step.timeout_seconds)) if step.timeout_seconds else least
 
 

@@ -1,12 +1,12 @@
 """Operator actions on runs: retry, cancel, approve, skip, release, each recorded with who and why.
 
-The CLI (`manage.py workflows ...`) and the admin call these; they never save models
-directly. Each action locks the run, checks that the actor may do it there
-(workflows.operators.access: a run the actor may not see "does not exist"; one they may see
-but not act on raises `access.Denied`), checks it applies, changes state through
-`transitions`, records a RunEvent with the actor's name and identity-provider subject and
-e-mail, and wakes the engine after commit. Once it commits, it writes a log line
-(`action: operator_action`) with the operator, the run and the reason.
+The CLI (`manage.py workflows ...`) and the admin call these; they never save models directly. Each
+action locks the run, checks that the actor may do it there (workflows.operators.access: a run the
+actor may not see "does not exist"; one they may see but not act on raises `access.Denied`), checks
+it applies, changes a run's state through `transitions` and a step's as workflows.engine.lifecycle
+decides (stepstate writes), records a RunEvent with the actor's name and identity-provider subject
+and e-mail, and wakes the engine after commit. Once it commits, it writes a log line (`action:
+operator_action`) with the operator, the run and the reason.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from django.db.models import Q, QuerySet
 
 from workflows import clock
 from workflows.definitions import typed
-from workflows.engine import cleanups, dispatch, messages, observe, stepstate, transitions
+from workflows.engine import dispatch, lifecycle, messages, observe, stepstate, transitions
 from workflows.models import Run, RunEvent, StepRun
 from workflows.operators import access, reasons
 from workflows.steps import memo as memo_keys
-from workflows.steps import registry
 
 logger = logging.getLogger(__name__)
 
@@ -181,28 +180,10 @@ def run_retry(*, run_id: int, actor: str | access.Actor, reason: str, step_name:
         if not steps or any(s.state not in retryable for s in steps):
             raise ActionError(_nothing_to_retry(run, step_name))
         for step in steps:
-            # A new generation: what the step creates gets new names, so the failed
-            # attempt's objects are not mistaken for the retry's.
-            generation = int(step.memo.get(memo_keys.GENERATION, 0)) + 1
-            memo = {memo_keys.GENERATION: generation}
-            transitions.step_move(
-                step,
-                StepRun.State.PENDING,
-                allowed_from=retryable,
-                failures=0,
-                message="",
-                memo=memo,
-                due_at=None,
-                finished_at=None,
-                started_at=None,
-                actor=who.name,
-                reason=reason,
-            )
+            stepstate.apply(step, lifecycle.retried(step), actor=who.name, reason=reason)
         # Steps that were cancelled with the run go back to waiting for their turn too.
         for step in run.steps.filter(state=StepRun.State.CANCELLED):
-            transitions.step_move(
-                step, StepRun.State.PENDING, allowed_from=retryable, record=False, finished_at=None
-            )
+            stepstate.apply(step, lifecycle.requeued())
         if run.state in (Run.State.FAILED, Run.State.CANCELLED):
             _resume(run, actor=who, reason=reason)
         _record(run, "retry", actor=who, reason=reason, step_name=step_name)
@@ -238,13 +219,11 @@ def run_cancel(*, run_id: int, actor: str | access.Actor, reason: str) -> Run:
             raise AlreadyDone(f"run {run.pk} is already cancelled")
         if run.is_finished:
             raise ActionError(f"run {run.pk} is already {run.state}")
-        unfinished = _lock_steps(run.steps.exclude(state__in=StepRun.FINISHED))
-        for step in unfinished:
-            transitions.step_move(
-                step, StepRun.State.CANCELLED, allowed_from=[step.state], record=False
-            )
-        # What the started steps created (a conformance Namespace, ...) is deleted after commit.
-        cleanups.after_stop(unfinished)
+        now = clock.now()
+        # What a step that was ever claimed may have made (a conformance Namespace, ...) is
+        # deleted after commit (the Write says `cleanup`).
+        for step in _lock_steps(run.steps.exclude(state__in=StepRun.FINISHED)):
+            stepstate.apply(step, lifecycle.cancelled(step, now))
         transitions.run_move(
             run,
             Run.State.CANCELLED,
@@ -263,8 +242,8 @@ def step_approve(*, run_id: int, step_name: str, actor: str | access.Actor, reas
     with transaction.atomic():
         run = _lock_run(run_id, who, "approve")
         step = _step(run, step_name)
-        if not registry.waits_for_person(step.type):
-            raise ActionError(f"step {step_name!r} is a {step.type} step, not an approval")
+        if not lifecycle.waits_for_person(step.type):
+            raise ActionError(lifecycle.approvable(step))
         if step.memo.get(memo_keys.APPROVED_BY):
             # Approved, whether the engine has seen it yet or not: under the run's lock,
             # so of two approvals at once the second finds the first.
@@ -272,15 +251,14 @@ def step_approve(*, run_id: int, step_name: str, actor: str | access.Actor, reas
                 f"step {step_name!r} of run {run.pk} is already approved "
                 f"(by {step.memo[memo_keys.APPROVED_BY]})"
             )
-        if step.state in StepRun.FINISHED:
-            raise ActionError(f"step {step_name!r} is already {step.state}")
-        memo = {**step.memo, memo_keys.APPROVED_BY: who.name, memo_keys.APPROVAL_REASON: reason}
-        due = step.due_at if step.state == StepRun.State.PENDING else clock.now()
+        refused = lifecycle.approvable(step)
+        if refused:
+            raise ActionError(refused)
         # Ends the lease of an attempt polling it now, whose outcome ("no approval yet")
-        # is then dropped rather than written over the approval.
-        stepstate.hand_over(step, memo=memo, due_at=due)
+        # is then dropped rather than written over the approval; due now, it is attempted.
+        write = lifecycle.approved(step, by=who.name, reason=reason, at=clock.now())
+        stepstate.apply(step, write)
         _record(run, "approve", actor=who, reason=reason, step_name=step_name)
-        dispatch.run_steps([step.pk])
     return run
 
 
@@ -294,14 +272,7 @@ def step_skip(*, run_id: int, step_name: str, actor: str | access.Actor, reason:
             raise AlreadyDone(f"step {step_name!r} of run {run.pk} is already skipped")
         if step.state in StepRun.DONE:
             raise ActionError(f"step {step_name!r} is already {step.state}")
-        transitions.step_move(
-            step,
-            StepRun.State.SKIPPED,
-            allowed_from=[step.state],
-            message=messages.STEP_SKIPPED,
-            actor=who.name,
-            reason=reason,
-        )
+        stepstate.apply(step, lifecycle.skipped(step, clock.now()), actor=who.name, reason=reason)
         if (
             run.state in (Run.State.FAILED, Run.State.CANCELLED)
             and not run.steps.filter(state__in=[StepRun.State.FAILED]).exists()
