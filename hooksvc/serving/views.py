@@ -31,12 +31,6 @@ from workflows.hookpath import answers, hookcalls
 
 logger = logging.getLogger(__name__)
 
-#: How long CAPI is asked to wait when hooksvc cannot read its state store.
-STORE_DOWN_RETRY_SECONDS = 10
-MSG_STORE_DOWN = "hooksvc state store is unavailable; holding until it answers"
-MSG_INTERNAL = "hooksvc could not process the request; see the hooksvc logs"
-MSG_UNSTORABLE = "request has values the state store cannot hold"
-
 #: Re-reads of one lingering call, at most: the first just after the change's moment, then
 #: every LINGER_GAP_SECONDS (a batch poll comes at a beat, up to a second after it).
 LINGER_REREADS = 10
@@ -94,7 +88,8 @@ def discovery(request: HttpRequest) -> HttpResponse:
     try:
         wire.check_type_meta(wire.decode(_read_body(request)), "DiscoveryRequest")
     except wire.BadRequest as exc:
-        body.update(status=catalog.Status.FAILURE, message=str(exc))
+        failed = answers.refused(str(exc))
+        body.update(status=failed.status, message=failed.message)
         return _json(body, headers={"Connection": "close"} if _oversized(request) else None)
     body["handlers"] = [h.discovery_entry() for h in handlers.configured()]
     return _json(body)
@@ -140,7 +135,7 @@ def _answer(
         )
         # An oversized body is left unread: close the connection rather than drain it.
         headers = {"Connection": "close"} if _oversized(request) else None
-        return catalog.response(hook, catalog.Status.FAILURE, str(exc)), headers
+        return _response(hook, answers.refused(str(exc))), headers
     try:
         answer, held_ms, rereads = _answer_lingering(call, handler.name)
     except DataError:
@@ -151,22 +146,18 @@ def _answer(
             extra={"action": "hook_unstorable", **_cluster_fields(call)},
             exc_info=True,
         )
-        return catalog.response(hook, catalog.Status.FAILURE, MSG_UNSTORABLE), None
+        return _response(hook, answers.UNSTORABLE), None
     except DatabaseError:
         logger.exception(
             "state store unavailable during hook call",
             extra={"action": "hook_store_down", **_cluster_fields(call)},
         )
-        if hook.blocking:
-            return catalog.response(
-                hook, catalog.Status.SUCCESS, MSG_STORE_DOWN, STORE_DOWN_RETRY_SECONDS
-            ), None
-        return catalog.response(hook, catalog.Status.FAILURE, MSG_STORE_DOWN), None
+        return _response(hook, answers.store_down(hook)), None
     except Exception:
         logger.exception(
             "hook call failed", extra={"action": "hook_error", **_cluster_fields(call)}
         )
-        return catalog.response(hook, catalog.Status.FAILURE, MSG_INTERNAL), None
+        return _response(hook, answers.INTERNAL), None
     latency_ms = round((time.perf_counter() - started) * 1000, 2)
     try:
         hookcalls.record(
@@ -199,7 +190,11 @@ def _answer(
     # Server-Timing (W3C): how long a lingering call was held, so that a client can tell
     # it from a slow answer; CAPI ignores it.
     headers = {"Server-Timing": f"linger;dur={held_ms}"} if rereads else None
-    return catalog.response(hook, answer.status, answer.message, answer.retry_after), headers
+    return _response(hook, answer), headers
+
+
+def _response(hook: catalog.Hook, answer: answers.Answer) -> catalog.HookResponse:
+    return catalog.response(hook, answer.status, answer.message, answer.retry_after)
 
 
 def _answer_lingering(call: wire.HookCall, handler_name: str) -> tuple[answers.Answer, float, int]:

@@ -210,7 +210,7 @@ def test_a_step_that_kills_its_worker_every_attempt_fails_within_its_bound(
     step = StepRun.objects.get(run=run)
     assert step.state == "failed"
     assert step.message.startswith("the worker died 3 times running this step")
-    calls = [int(v) for k in clean_redis.keys(f"{PREFIX}:calls:*") for v in [clean_redis.get(k)]]
+    calls = [int(clean_redis.get(key) or 0) for key in clean_redis.keys(f"{PREFIX}:calls:*")]
     assert calls == [3], "its code ran three times, the fourth attempt failed it"
     assert RunEvent.objects.filter(run=run, name__endswith="->failed", step_name="s").exists()
 

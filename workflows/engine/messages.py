@@ -126,6 +126,24 @@ def run_cancelled(run_id: int, name: str) -> str:
     )
 
 
+#: How every answer a bypass gives starts (`bypassed`; hookpath.bypass.answered_by reads it).
+BYPASS_PREFIX = "hooksvc bypass "
+
+
+def bypass_until(moment: datetime.datetime) -> str:
+    """A bypass's expiry as its answer and the CLI print it: 2026-11-24 01:00:00 UTC."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def bypassed(bypass_id: int, actor: str, expires_at: datetime.datetime, reason: str) -> str:
+    """What a call a bypass covers answers: who, why and until when (the same for the same
+    bypass: its expiry is a moment fixed when it was opened, not a countdown)."""
+    return (
+        f"{BYPASS_PREFIX}{bypass_id} by {actor} until {bypass_until(expires_at)}: "
+        f"{reason}; no workflow runs for this call"
+    )
+
+
 def run_missed_deadline(name: str) -> str:
     return f"workflow {name} did not finish before its deadline"
 

@@ -39,6 +39,32 @@ class Answer:
 
 PROCEED = Answer(catalog.Status.SUCCESS)
 
+#: How long CAPI is asked to wait when hooksvc cannot read its state store.
+STORE_DOWN_RETRY_SECONDS = 10
+MSG_STORE_DOWN = "hooksvc state store is unavailable; holding until it answers"
+MSG_INTERNAL = "hooksvc could not process the request; see the hooksvc logs"
+MSG_UNSTORABLE = "request has values the state store cannot hold"
+
+
+def refused(reason: str) -> Answer:
+    """A request hooksvc cannot take (bad input: wire.BadRequest's fixed words)."""
+    return Answer(catalog.Status.FAILURE, reason)
+
+
+#: The request's values, not the store, are at fault (wire.py should have refused them):
+#: holding with "store unavailable" would wait forever for an outage that is not.
+UNSTORABLE = Answer(catalog.Status.FAILURE, MSG_UNSTORABLE)
+#: A bug: the request could not be processed.
+INTERNAL = Answer(catalog.Status.FAILURE, MSG_INTERNAL)
+
+
+def store_down(hook: catalog.Hook) -> Answer:
+    """The state store does not answer: a blocking hook keeps holding (invariant 5), a
+    non-blocking one fails (its caller goes on by its failurePolicy)."""
+    if hook.blocking:
+        return Answer(catalog.Status.SUCCESS, MSG_STORE_DOWN, STORE_DOWN_RETRY_SECONDS)
+    return Answer(catalog.Status.FAILURE, MSG_STORE_DOWN)
+
 
 def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
     """Ensure the runs `call` starts and answer from their state."""

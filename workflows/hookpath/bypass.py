@@ -1,4 +1,5 @@
-"""Break glass on the hook path: which bypass in force covers a call, and what the answer says.
+"""Break glass on the hook path: which bypass in force covers a call (the answer's words are
+workflows.engine.messages.bypassed).
 
 The hook's one query (workflows.engine.sql.TEMPLATES_AND_RUNS) brings the hook's bypasses
 that have neither ended nor expired, for the call's namespace or every namespace, the one
@@ -17,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hooksvc.contract import wire
-from workflows.engine import sql
+from workflows.engine import messages, sql
 from workflows.hookpath import labelselector
 
 logger = logging.getLogger(__name__)
@@ -73,29 +74,24 @@ def covering_labels(bypasses: Sequence[Active], labels: Mapping[str, str]) -> Ac
     return None
 
 
-def until(moment: datetime.datetime) -> str:
-    """An expiry as the message and the CLI print it: 2026-11-24 01:00:00 UTC."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+#: An expiry as the message and the CLI print it: 2026-11-24 01:00:00 UTC.
+until = messages.bypass_until
 
 
-#: How every covered answer's message starts (`message`); `answered_by` reads it back.
-MESSAGE_PREFIX = "hooksvc bypass "
 #: How it started before the admin, the CLI and the messages called it "bypass" everywhere:
 #: recorded hook calls of the last HOOK_CALL_RETENTION_DAYS may still say so.
 _OLD_PREFIX = "hooksvc break glass "
 
 
 def message(bypass: Active) -> str:
-    """What a covered call answers: who, why and until when; the same for the same bypass."""
-    return (
-        f"{MESSAGE_PREFIX}{bypass.id} by {bypass.actor} until {until(bypass.expires_at)}: "
-        f"{bypass.reason}; no workflow runs for this call"
-    )
+    """What a call `bypass` covers answers (messages.bypassed)."""
+    return messages.bypassed(bypass.id, bypass.actor, bypass.expires_at, bypass.reason)
 
 
 def answered_by(answer_message: str) -> int | None:
     """The bypass whose `message` this is (a recorded hook call's), None for any other answer."""
-    prefix = next((p for p in (MESSAGE_PREFIX, _OLD_PREFIX) if answer_message.startswith(p)), "")
+    prefixes = (messages.BYPASS_PREFIX, _OLD_PREFIX)
+    prefix = next((p for p in prefixes if answer_message.startswith(p)), "")
     if not prefix:
         return None
     number = answer_message.removeprefix(prefix).partition(" by ")[0]

@@ -13,6 +13,7 @@ from typing import Any
 from django.urls import reverse
 from django.utils import timezone
 
+from workflows.engine import lifecycle
 from workflows.models import HookCall, Run, StepRun
 from workflows.operators import holding, selectors, states
 from workflows.operators.admin import common
@@ -75,8 +76,7 @@ def _attempts(step: StepRun) -> str:
 
     A step a person ends (an approval) or that does no I/O (a wait, a noop) makes no
     attempts worth counting: "-" until one of its attempts fails."""
-    step_type = registry.find(step.type)
-    if not step.failures and (step.waits_for_person or (step_type and step_type.inline)):
+    if not step.failures and (step.waits_for_person or lifecycle.inline(step.type)):
         return "-"
     running = step.state in (StepRun.State.WAITING, StepRun.State.SUCCEEDED) or (
         step.state == StepRun.State.CANCELLED and step.started_at is not None
