@@ -306,3 +306,21 @@ def conformance_then_crash(ctx: registry.StepContext) -> registry.Outcome:
     conformance.conformance(ctx)
     os.kill(os.getpid(), signal.SIGKILL)
     raise AssertionError("the process is gone")
+
+
+#: What `scripted` attempts come to, by (run id, step name): the stateful tests set it
+#: before each attempt (tests/workflows/test_lifecycle_stateful.py); else SCRIPT_DEFAULT's,
+#: else a poll in a minute (a step that waits for the world).
+SCRIPT: dict[tuple[int, str], registry.Outcome | errors.StepError] = {}
+SCRIPT_DEFAULT: list[registry.Outcome | None] = [None]
+
+
+@registry.step_type("scripted", cleanup=_tracked_cleanup)
+def scripted(ctx: registry.StepContext) -> registry.Outcome:
+    """Comes to what the test says (a poll, done, a temporary or permanent error)."""
+    outcome = SCRIPT.pop((ctx.run_id, ctx.step_name), None) or SCRIPT_DEFAULT[0]
+    if outcome is None:
+        return registry.Poll(after=60, message="waiting for the world")
+    if isinstance(outcome, errors.StepError):
+        raise outcome
+    return outcome

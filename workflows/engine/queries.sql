@@ -113,7 +113,7 @@ WITH locked AS MATERIALIZED (
         lease_expires_at = %(expires)s + make_interval(secs => coalesce(p.call_timeout_seconds, 0)),
         claims = p.claims + 1,
         unrecorded = p.unrecorded + 1,
-        lost_by = CASE WHEN s.lease_owner <> '' THEN s.lease_owner ELSE s.lost_by END,
+        lost_by = CASE WHEN p.lease_owner <> '' THEN p.lease_owner ELSE p.lost_by END,
         started_at = coalesce(p.started_at, %(now)s)
     FROM recorded
     WHERE p.run_id = recorded.recorded_run AND p.state = 'pending'

@@ -1,0 +1,388 @@
+"""A step's life, walked by stateful property tests (issue 30): random interleavings of every
+event against the real engine functions and real PostgreSQL, on the held clock.
+
+Hypothesis's RuleBasedStateMachine drives two runs of one template (a scripted step, then
+a scripted step and an approval in parallel) through: claims, attempts' outcomes (poll,
+done, temporary and permanent errors), a worker that dies holding a lease (its heartbeat
+stops; the reaper frees it) or stalls and comes back late, time passing (leases, backoffs,
+timeouts, error budgets), messages delivered late, twice or never, batches, the
+reconciler, and operators (retry, cancel, approve, skip, release, a bypass). After every
+rule it checks:
+
+- no step has two attempts that could both record (one live lease);
+- every unfinished step is inside its bound (docs/engine.md, "A step's life"): a due step of
+  a running run has a due time no later than the longest wait asked, a leased one an expiry,
+  and no more attempts were lost than STEP_LOST_ATTEMPTS allows before it fails;
+- a run's state follows its steps' (succeeded iff every step is done; a failed step means a
+  failed or cancelled run);
+- the hook's answer, computed by the real hook path from what is recorded, agrees with the
+  run (holds while it runs or failed and is blocked, lets go once it succeeded, was
+  released, or a bypass covers the cluster);
+- nothing wrote a step's row but workflows.engine.stepstate (every statement is watched).
+
+Each example ends by letting the world cooperate (every message delivered, time moving on,
+every approval given, every script done): every run must then finish within a bounded
+number of rounds, which is the liveness of the whole table. Bounded in examples and time;
+derandomized (tests/conftest.py's profile), so CI runs the same sequences each time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from hooksvc.contract import catalog
+from tests.support import capi
+from tests.support import workflows as wf
+from tests.workflows import steps_for_tests
+from workflows import clock, errors
+from workflows.engine import attempts, cleanups, dispatch, polls, reconciler, scheduling, workers
+from workflows.hookpath import answers
+from workflows.hookpath import runs as hook_runs
+from workflows.models import Run, StepRun
+from workflows.operators import actions, bypasses
+from workflows.steps import registry
+
+HOOK = "BeforeClusterUpgrade"
+DEAD = "dead-host:1:0000dead"
+CLUSTERS = ("c0", "c1")
+STEPS = ("prepare", "work", "approve")
+#: The longest wait a scripted poll asks, and a retry's longest delay: a due time further
+#: ahead than now plus this is a bug.
+LONGEST_WAIT = 600
+#: Rounds of a cooperating world (each: 301 s on, every message delivered) within which
+#: every run must finish.
+ROUNDS = 30
+
+OUTCOMES = st.one_of(
+    st.builds(registry.Poll, after=st.sampled_from([1, 5, 60, LONGEST_WAIT])),
+    st.just(registry.Done({"ok": True})),
+    st.builds(errors.TemporaryError, st.just("flaky"), delay=st.sampled_from([None, 1, 60])),
+    st.just(errors.PermanentError("broken")),
+)
+
+
+class StepLives(RuleBasedStateMachine):
+    """Two runs of one template, every event of a step's life in any order."""
+
+    #: Set by the test: the broker's messages land here, and the clock is this list's one item.
+    outbox: list[tuple[str, tuple[Any, ...]]]
+    moment: list[datetime.datetime]
+    wrong_writes: list[str]
+
+    def __init__(self) -> None:
+        super().__init__()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "TRUNCATE workflows_bypass, workflows_run, workflows_workflowtemplate,"
+                " workflows_workerbeat, workflows_hookcall CASCADE"
+            )
+        self.outbox.clear()
+        self.wrong_writes.clear()
+        steps_for_tests.SCRIPT.clear()
+        self.moment[0] = timezone.now().replace(microsecond=0)
+        step = {"type": "scripted", "retries": 1, "retryForSeconds": 60, "timeoutSeconds": 1800}
+        template = wf.template(
+            "life",
+            steps=[
+                {**step, "name": "prepare"},
+                {**step, "name": "work", "dependsOn": ["prepare"]},
+                {"name": "approve", "type": "approval", "dependsOn": ["prepare"]},
+            ],
+            retryAfterSeconds=30,
+        )
+        self.calls = [_call(name) for name in CLUSTERS]
+        self.run_ids = [
+            hook_runs.runs_ensure(templates=[template], call=call)[0].pk for call in self.calls
+        ]
+        #: Attempts claimed and not recorded yet; and those whose worker was taken for dead.
+        self.held: list[attempts.Attempt] = []
+        self.zombies: list[attempts.Attempt] = []
+        self.bypass: int | None = None
+
+    # --- The engine's own events ----------------------------------------------------------
+
+    @rule(run=st.integers(0, 1))
+    def schedule(self, run: int) -> None:
+        """An `advance` message for the run is delivered."""
+        scheduling.advance(self.run_ids[run])
+
+    @rule(run=st.integers(0, 1), step=st.sampled_from(STEPS))
+    def claim(self, run: int, step: str) -> None:
+        """An attempt claims the step (a countdown or the reconciler sent it)."""
+        self.held += attempts.claim(step_ids=[self._step(run, step).pk])
+
+    @rule(data=st.data(), outcome=OUTCOMES)
+    def attempt_ends(self, data: st.DataObject, outcome: Any) -> None:
+        """A claimed attempt runs its code and records what it came to."""
+        if not self.held:
+            return
+        attempt = self.held.pop(data.draw(st.integers(0, len(self.held) - 1)))
+        self._attempt(attempt, outcome)
+
+    @rule(data=st.data())
+    def worker_dies(self, data: st.DataObject) -> None:
+        """The process holding an attempt dies: its heartbeat stops, its lease stays."""
+        if not self.held:
+            return
+        attempt = self.held.pop(data.draw(st.integers(0, len(self.held) - 1)))
+        StepRun.objects.filter(
+            pk=attempt.step.pk, claims=attempt.lease.token, lease_owner=attempt.lease.owner
+        ).update(lease_owner=DEAD)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO workflows_workerbeat (owner, started_at, beat_at) VALUES"
+                " (%s, now() - interval '1 hour', now() - interval '1 hour')"
+                " ON CONFLICT (owner) DO UPDATE SET beat_at = EXCLUDED.beat_at",
+                [DEAD],
+            )
+        # It was only stalled, perhaps: it may come back and try to record.
+        self.zombies.append(attempt)
+
+    @rule(data=st.data(), outcome=OUTCOMES)
+    def stalled_worker_returns(self, data: st.DataObject, outcome: Any) -> None:
+        """A worker taken for dead records late: its lease was lost, its outcome dropped."""
+        if not self.zombies:
+            return
+        self._attempt(self.zombies.pop(data.draw(st.integers(0, len(self.zombies) - 1))), outcome)
+
+    @rule()
+    def reap(self) -> None:
+        workers.reap()
+
+    @rule(seconds=st.sampled_from([1, 5, 30, 61, 301, 700]))
+    def time_passes(self, seconds: int) -> None:
+        self.moment[0] += datetime.timedelta(seconds=seconds)
+
+    @rule(data=st.data(), twice=st.booleans())
+    def deliver(self, data: st.DataObject, twice: bool) -> None:
+        """A message is delivered (possibly twice: at-least-once delivery, acks_late)."""
+        if not self.outbox:
+            return
+        name, args = self.outbox.pop(data.draw(st.integers(0, len(self.outbox) - 1)))
+        for _ in range(2 if twice else 1):
+            _deliver(name, args)
+
+    @rule(data=st.data())
+    def lose_a_message(self, data: st.DataObject) -> None:
+        """The broker forgets a message (a flushed Redis)."""
+        if self.outbox:
+            self.outbox.pop(data.draw(st.integers(0, len(self.outbox) - 1)))
+
+    @rule()
+    def batch(self) -> None:
+        polls.poll_due()
+
+    @rule()
+    def reconcile(self) -> None:
+        reconciler.reconcile()
+
+    # --- Operators -------------------------------------------------------------------------
+
+    @rule(run=st.integers(0, 1), step=st.sampled_from(("", *STEPS)))
+    def retry(self, run: int, step: str) -> None:
+        self._act(actions.run_retry, run_id=self.run_ids[run], step_name=step)
+
+    @rule(run=st.integers(0, 1))
+    def cancel(self, run: int) -> None:
+        self._act(actions.run_cancel, run_id=self.run_ids[run])
+
+    @rule(run=st.integers(0, 1))
+    def approve(self, run: int) -> None:
+        self._act(actions.step_approve, run_id=self.run_ids[run], step_name="approve")
+
+    @rule(run=st.integers(0, 1), step=st.sampled_from(STEPS))
+    def skip(self, run: int, step: str) -> None:
+        self._act(actions.step_skip, run_id=self.run_ids[run], step_name=step)
+
+    @rule(run=st.integers(0, 1))
+    def release(self, run: int) -> None:
+        self._act(actions.run_release, run_id=self.run_ids[run])
+
+    @rule()
+    def bypass_toggles(self) -> None:
+        """Break glass opened for the hook, or ended."""
+        if self.bypass is None:
+            opened = bypasses.bypass_open(
+                hook=HOOK, duration=datetime.timedelta(days=1), actor="ops", reason="incident"
+            )
+            self.bypass = opened.pk
+        else:
+            bypasses.bypass_end(bypass_id=self.bypass, actor="ops", reason="over")
+            self.bypass = None
+
+    # --- Invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def one_live_lease(self) -> None:
+        for step in StepRun.objects.all():
+            holders = [
+                a
+                for a in (*self.held, *self.zombies)
+                if a.step.pk == step.pk
+                and a.lease.token == step.claims
+                and a.lease.owner == step.lease_owner
+            ]
+            assert len(holders) <= 1, f"step {step.name}: {len(holders)} attempts hold its lease"
+            if step.lease_owner:
+                assert step.lease_expires_at is not None, f"{step.name}: a lease with no expiry"
+
+    @invariant()
+    def every_state_is_bounded(self) -> None:
+        now = self.moment[0]
+        horizon = now + datetime.timedelta(seconds=LONGEST_WAIT + 1)
+        rows = list(StepRun.objects.select_related("run"))
+        states = {(s.run_id, s.name): s.state for s in rows}
+        for step in rows:
+            if step.state in StepRun.DUE and step.run.state == Run.State.RUNNING:
+                assert step.due_at is not None, f"{step.name} is due but says not when"
+                assert step.due_at <= horizon, f"{step.name} due at {step.due_at}, past any wait"
+            assert step.unrecorded <= _lost_limit() + 1, f"{step.name}: attempts lost unbounded"
+        for step in rows:
+            # A pending step whose dependencies are done waits only for its run's scheduling:
+            # the run is due (an operator's retry or skip set its wake-up; the reconciler
+            # sends it if the message is lost).
+            if step.state == StepRun.State.PENDING and step.run.state == Run.State.RUNNING:
+                ready = all(states.get((step.run_id, d)) in StepRun.DONE for d in step.depends_on)
+                assert not ready or step.run.wake_at is not None, f"{step.name} waits for nothing"
+        for run in Run.objects.filter(state=Run.State.PENDING):
+            assert run.wake_at is not None, f"run {run.pk} waits to start with no wake-up"
+
+    @invariant()
+    def a_runs_state_follows_its_steps(self) -> None:
+        for run in Run.objects.exclude(state=Run.State.PENDING):
+            states = set(run.steps.values_list("state", flat=True))
+            done = bool(states) and states <= set(StepRun.DONE)
+            assert (run.state == Run.State.SUCCEEDED) == done, (run.state, states)
+            if StepRun.State.FAILED in states:
+                assert run.state in (Run.State.FAILED, Run.State.CANCELLED), (run.state, states)
+
+    @invariant()
+    def the_hook_answer_agrees_with_the_run(self) -> None:
+        for call, run_id in zip(self.calls, self.run_ids, strict=True):
+            run = Run.objects.get(pk=run_id)
+            answer = answers.answer(call, handler_name="before-cluster-upgrade")
+            lets_go = run.released or run.state == Run.State.SUCCEEDED or self.bypass is not None
+            assert answer.status == catalog.Status.SUCCESS, answer
+            assert (answer.retry_after == 0) == lets_go, (run.state, run.released, answer)
+            if not lets_go:
+                assert 1 <= answer.retry_after <= 30, answer
+
+    @invariant()
+    def nothing_writes_a_step_but_stepstate(self) -> None:
+        assert not self.wrong_writes, self.wrong_writes[0]
+
+    # --- A cooperating world, at the end of each example -----------------------------------
+
+    def teardown(self) -> None:
+        steps_for_tests.SCRIPT.clear()
+        steps_for_tests.SCRIPT_DEFAULT[0] = registry.Done({"drained": True})
+        try:
+            if self.bypass is not None:
+                bypasses.bypass_end(bypass_id=self.bypass, actor="ops", reason="over")
+            for _ in range(ROUNDS):
+                if not Run.objects.filter(state__in=Run.ACTIVE).exists():
+                    break
+                self.moment[0] += datetime.timedelta(seconds=301)
+                for run_id in self.run_ids:
+                    self._act(actions.step_approve, run_id=run_id, step_name="approve")
+                workers.reap()
+                reconciler.reconcile()
+                polls.poll_due()
+                while self.outbox:
+                    _deliver(*self.outbox.pop(0))
+            active = list(Run.objects.filter(state__in=Run.ACTIVE).values_list("pk", "state"))
+            assert not active, f"runs still active after {ROUNDS} rounds of a cooperating world"
+        finally:
+            steps_for_tests.SCRIPT_DEFAULT[0] = None
+
+    # --- Helpers -------------------------------------------------------------------------------
+
+    def _step(self, run: int, name: str) -> StepRun:
+        found = StepRun.objects.filter(run_id=self.run_ids[run], name=name).first()
+        # A run not started yet has no steps: claim a step that is not there (claims nothing).
+        return found or StepRun(id=0, name=name)
+
+    def _attempt(self, attempt: attempts.Attempt, outcome: Any) -> None:
+        steps_for_tests.SCRIPT[(attempt.run.pk, attempt.step.name)] = outcome
+        done = attempts.run(attempt)
+        if done.repeats:
+            attempts.record_repeats([done])
+        else:
+            scheduling.advance(attempt.run.pk, [done])
+
+    def _act(self, action: Callable[..., Any], **given: Any) -> None:
+        # An action that does not apply now changes nothing.
+        with contextlib.suppress(actions.ActionError):
+            action(actor="ops", reason="because", **given)
+
+
+def _call(cluster: str) -> Any:
+    return wf.call(HOOK, cluster=capi.cluster_v1beta2(name=cluster, uid=f"uid-{cluster}"))
+
+
+def _lost_limit() -> int:
+    from django.conf import settings
+
+    return int(settings.STEP_LOST_ATTEMPTS)
+
+
+def _deliver(name: str, args: tuple[Any, ...]) -> None:
+    if name == dispatch.ADVANCE:
+        scheduling.advance(*args)
+    elif name == dispatch.RUN_STEP:
+        scheduling.run_step(*args)
+    elif name == dispatch.POLL_DUE:
+        polls.poll_due()
+    elif name == dispatch.STEP_CLEANUP:
+        cleanups.step_cleanup(*args)
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The broker's messages kept for the machine to deliver, the clock held, and every
+    statement that writes a step's row checked for stepstate on its stack."""
+    outbox: list[tuple[str, tuple[Any, ...]]] = []
+    moment = [timezone.now()]
+    wrong: list[str] = []
+    monkeypatch.setattr(dispatch, "broker", lambda name, args, _: outbox.append((name, args)))
+    monkeypatch.setattr(clock, "now", lambda: moment[0])
+    StepLives.outbox, StepLives.moment, StepLives.wrong_writes = outbox, moment, wrong
+
+    def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        text = sql.lstrip().upper()
+        if (
+            text.startswith(("UPDATE", "WITH", "INSERT"))
+            and "WORKFLOWS_STEPRUN" in text
+            and (
+                'UPDATE "WORKFLOWS_STEPRUN"' in text
+                or "UPDATE WORKFLOWS_STEPRUN" in text
+                or 'INSERT INTO "WORKFLOWS_STEPRUN"' in text
+            )
+        ):
+            stack = traceback.extract_stack()
+            if not any(frame.filename.endswith("engine/stepstate.py") for frame in stack):
+                wrong.append(f"a step's row written outside stepstate: {sql[:120]}")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(watch):
+        yield
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_steps_life_holds_its_invariants_in_any_order(world: None) -> None:
+    run_state_machine_as_test(
+        StepLives,
+        settings=hypothesis_settings(max_examples=12, stateful_step_count=25, deadline=None),
+    )
