@@ -235,6 +235,9 @@ StepFunction = Callable[[StepContext], Outcome]
 #: function returns at once.
 DEFAULT_TIMEOUT_SECONDS = 3600
 DEFAULT_CALL_TIMEOUT_SECONDS = 300
+#: How long a step that only a person ends waits for them when its template says nothing:
+#: a week, then it fails, visibly (a run whose approval nobody gave holds no cluster forever).
+PERSON_TIMEOUT_SECONDS = 7 * 86400
 #: How long a step may go without progress before it shows as stalled, when its type
 #: declares no bound of its own (workflows.engine.stalls; docs/stalls.md).
 DEFAULT_STALL_SECONDS = 900
@@ -323,7 +326,12 @@ def step_type(
     """
     if default_timeout_seconds is None:
         # What a person ends is bounded by its run's deadline (deadlineSeconds), not its own.
-        default_timeout_seconds = 0 if inline or waits_for_person else DEFAULT_TIMEOUT_SECONDS
+        # What a person ends waits for them a week at most, unless the template says
+        # otherwise (`timeoutSeconds: 0`: none); an inline type returns at once.
+        if waits_for_person:
+            default_timeout_seconds = PERSON_TIMEOUT_SECONDS
+        else:
+            default_timeout_seconds = 0 if inline else DEFAULT_TIMEOUT_SECONDS
     if inline:
         call_timeout_seconds = None
     elif call_timeout_seconds is None:
