@@ -305,3 +305,17 @@ def test_a_run_failed_at_its_deadline_and_retried_gets_its_full_time_again(
     assert run.deadline_at == now[0] + datetime.timedelta(seconds=600)
     answer = answers.render(run, now[0] + datetime.timedelta(seconds=599))
     assert (answer.status, answer.retry_after) == ("Success", 1), "its deadline is 1 s away"
+
+
+def test_parallel_steps_one_runs_here_and_the_other_is_sent_at_once(
+    sent: list[tuple[str, Any]], on_commit: Any
+) -> None:
+    """Independent steps start together: the worker runs the first due one itself and
+    sends the other, which it promoted in the same transaction (not left for the
+    reconciler)."""
+    run = _run("pair", [{"name": "a", "type": "tracked"}, {"name": "b", "type": "tracked"}])
+    with on_commit(execute=True):
+        [claimed] = scheduling._schedule(run.pk, [])
+    other = StepRun.objects.get(run=run, name="b" if claimed.step.name == "a" else "a")
+    assert other.state == "ready"
+    assert ("run_step", other.pk) in sent

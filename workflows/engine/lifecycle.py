@@ -490,7 +490,8 @@ def cancelled(step: StepRow, at: datetime.datetime) -> Write:
     return Write(
         Step.CANCELLED,
         {**_finished(at), **ENDS_LEASE},
-        allowed_from=(step.state,),
+        # Any unfinished state: a first poll may move it on its own row meanwhile.
+        allowed_from=(Step.PENDING, *STEP_DUE),
         cleanup=_cleans_up(step),
     )
 

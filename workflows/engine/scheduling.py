@@ -133,14 +133,18 @@ def _schedule(run_id: int, tried: Sequence[attempts.Tried]) -> list[attempts.Att
                 return []
         failed = any(s.state == StepRun.State.FAILED for s in steps)
         mine = [] if failed else _mine(steps, claimable | promotable)
+        others = [s.pk for s in steps if s.pk in promotable and s not in mine]
         for step in steps:
-            if step.pk in promotable and step not in mine:
+            if step.pk in others:
                 stepstate.apply(step, lifecycle.promote(now))
         claimed = attempts.claim(step_ids=[s.pk for s in mine if s.pk in promotable], promote=True)
         claimed += attempts.claim(step_ids=[s.pk for s in mine if s.pk not in promotable])
         by_id = {a.step.pk: a.step for a in claimed}
         steps = [by_id.get(s.pk, s) for s in steps]
-        dispatch.run_steps(s.pk for s in steps if s.pk in claimable and s.pk not in by_id)
+        if not failed:
+            # The due steps this worker does not run itself (the ones it just promoted too).
+            due = (claimable | set(others)) - set(by_id)
+            dispatch.run_steps(s.pk for s in steps if s.pk in due)
         # A claimed inline step is back here in a moment: its run's message can wait.
         inline = any(lifecycle.inline(a.step.type) for a in claimed)
         _settle(run, steps, now, message=not inline)
