@@ -292,18 +292,21 @@ def seconds(
 ) -> int:
     """The retryAfterSeconds for one run: the next change plus its margin, in [1, cap].
 
-    The cap is the template's `retryAfterSeconds`. When only a person can change the run
-    (`person` and no `change`), it answers `approvalRetryAfterSeconds` if the template sets
-    it (shorter: an approval is seen sooner, for more calls), else the cap; when nothing is
-    known, the cap. While the engine is behind (`late`, see engine_behind) the change is
+    The cap is the template's `retryAfterSeconds`, or while a person may act
+    (`person`) its `approvalRetryAfterSeconds` if that is shorter (an approval is seen
+    sooner, for more calls); when nothing is known, the cap. While the engine is behind (`late`, see engine_behind) the change is
     expected that much later. With a `linger` window (seconds), the answer is rounded down
     from the change plus its margin, or plus half the window if that is less (a batch poll's
     margin is a beat period): CAPI comes back before the engine has acted, or just after,
     and a call that comes before lingers (linger_until) through the rest.
     """
     cap = spec.retry_after_seconds
+    if person:
+        # A person may approve at any moment: never later than approvalRetryAfterSeconds
+        # (its step's own timeout, days ahead, is a change too).
+        cap = min(cap, spec.person_retry_after_seconds)
     if change is None:
-        return spec.person_retry_after_seconds if person else cap
+        return cap
     remaining = (change.at - now).total_seconds()
     if engine_behind(late):
         # The due work ahead of this change comes first: come back about when the engine,
