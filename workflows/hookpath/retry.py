@@ -295,10 +295,11 @@ def seconds(
     The cap is the template's `retryAfterSeconds`, or while a person may act
     (`person`) its `approvalRetryAfterSeconds` if that is shorter (an approval is seen
     sooner, for more calls); when nothing is known, the cap. While the engine is behind
-    (`late`, see engine_behind) the change is expected that much later. With a `linger` window (seconds), the answer is rounded down
-    from the change plus its margin, or plus half the window if that is less (a batch poll's
-    margin is a beat period): CAPI comes back before the engine has acted, or just after,
-    and a call that comes before lingers (linger_until) through the rest.
+    (`late`, see engine_behind) the change is expected that much later. With a `linger`
+    window (seconds), the answer is rounded down from the change plus its margin, or plus
+    half the window if that is less (a batch poll's margin is a beat period): CAPI comes back
+    before the engine has acted, or just after, and a call that comes before lingers
+    (linger_until) through the rest.
     """
     cap = spec.retry_after_seconds
     if person:
