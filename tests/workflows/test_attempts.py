@@ -31,7 +31,7 @@ from tests.support import workflows as wf
 from tests.support.worker import Worker, wait_for
 from tests.workflows.steps_for_tests import PREFIX
 from workflows import clock
-from workflows.engine import attempts, lifecycle, polls, scheduling
+from workflows.engine import attempts, lifecycle, polls, scheduling, writes
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, StepRun, WorkflowTemplate
 from workflows.operators import actions
@@ -124,14 +124,14 @@ def test_a_lease_that_passes_mid_step_drops_the_late_outcome_and_the_next_attemp
 def test_a_first_poll_whose_lease_passed_is_dropped_on_the_one_statement_path_too(
     later: Callable[[float], datetime.datetime], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A first poll is written on its step's row alone (lifecycle.Path.ALONE), by the same
+    """A first poll is written on its step's row alone (writes.Path.ALONE), by the same
     compare-and-set on its lease: once the lease passed and the step was claimed again, the
     late poll is dropped and logged, and the next attempt's is recorded."""
     run = _run("poller", [{"name": "poll", "type": "count_poll", "with": {"every": 2, "polls": 2}}])
     [first] = scheduling._schedule(run.pk, [])  # the run starts: its step is claimed
     late = attempts.run(first)
     write = lifecycle.after(late.result)
-    assert lifecycle.route(write, late.result).path is lifecycle.Path.ALONE
+    assert lifecycle.route(write, late.result).path is writes.Path.ALONE
     later(LEASE_PASSES)
     [second] = attempts.claim(step_ids=[first.step.pk])
 

@@ -22,7 +22,7 @@ from tests.support import capi
 from tests.support import workflows as wf
 from tests.support.worker import Worker
 from workflows import errors
-from workflows.engine import lifecycle, scheduling
+from workflows.engine import lifecycle, scheduling, writes
 from workflows.hookpath import runs as hook_runs
 from workflows.models import Run, StepRun
 from workflows.steps import registry
@@ -39,7 +39,7 @@ def _result(
     retry_for: int = 300,
     at: float = 0,
     ended: float | None = None,
-) -> lifecycle.Result:
+) -> writes.Result:
     """An attempt's result at T0 + `at` s, of a ready step with `failures` in a row so far
     (the streak began at T0 + `since`)."""
     step = StepRun(
@@ -55,7 +55,7 @@ def _result(
         output={},
     )
     moment = T0 + datetime.timedelta(seconds=at)
-    return lifecycle.Result(
+    return writes.Result(
         step=step,
         run_name="t",
         outcome=outcome,

@@ -5,7 +5,7 @@ with the caller's transaction, or at once. `run` calls the step's function once,
 transaction open and no row lock held (checked), bounded: an inline type's runs here and
 returns at once; any other's runs on a step thread (workflows.engine.calls), and the attempt
 waits for it at most until the earlier of the step's deadline and its call's bound. What
-the attempt comes to is a `lifecycle.Result`; what that does to the step is
+the attempt comes to is a `writes.Result`; what that does to the step is
 `lifecycle.after`'s Write, applied by stepstate on the path `lifecycle.route` picks:
 `record_repeats` (repeated polls, many in one statement), `record_fast` (a first poll on its
 own row, or a success with the claim of what it makes due), `record_scheduled` (anything
@@ -36,6 +36,7 @@ from workflows.engine import (
     messages,
     observe,
     stepstate,
+    writes,
 )
 from workflows.engine.claims import Attempt, claim
 from workflows.models import StepRun
@@ -63,7 +64,7 @@ class Tried:
     """An attempt and what it came to."""
 
     attempt: Attempt
-    result: lifecycle.Result
+    result: writes.Result
 
     @property
     def repeats(self) -> bool:
@@ -107,7 +108,7 @@ def tried(
 ) -> Tried:
     """What `attempt` came to: `outcome` (None: handed back), at `at`."""
     step = attempt.step
-    result = lifecycle.Result(
+    result = writes.Result(
         step=step,
         run_name=attempt.run.template_name,
         outcome=outcome,
@@ -175,7 +176,7 @@ def execute_once(
 
 
 def record_repeats(tried: Sequence[Tried]) -> set[int]:
-    """Record repeated polls (lifecycle.Path.REPEAT) of one process in one statement, by
+    """Record repeated polls (writes.Path.REPEAT) of one process in one statement, by
     lease; the ids written (the others' leases were lost: dropped)."""
     items = [(t.attempt.step, lifecycle.after(t.result), t.attempt.lease) for t in tried]
     written = stepstate.apply_repeats(items)
@@ -201,11 +202,11 @@ def record_fast(tried: Tried) -> Fast | None:
     write = lifecycle.after(result)
     route = lifecycle.route(write, result)
     step, lease = attempt.step, attempt.lease
-    if route.path is lifecycle.Path.ALONE:
+    if route.path is writes.Path.ALONE:
         if not stepstate.apply_alone(step, write, lease=lease, route=route):
             return None  # the run says something else, or the lease was lost: scheduling decides
         return Fast(claimed=[], settle=False)
-    if route.path is not lifecycle.Path.CHAIN:
+    if route.path is not writes.Path.CHAIN:
         return None
     seconds = settings.STEP_LEASE_SECONDS
     now = clock.now()
@@ -224,7 +225,7 @@ def record_fast(tried: Tried) -> Fast | None:
     return Fast(claimed=claimed, settle=not claimed)
 
 
-def record_scheduled(tried: Tried, *, run: Any) -> lifecycle.Write | None:
+def record_scheduled(tried: Tried, *, run: Any) -> writes.Write | None:
     """Record `tried` by its lease inside its run's scheduling transaction (the caller holds
     the run's lock): the Write applied, or None when the lease was lost (dropped)."""
     attempt = tried.attempt
@@ -238,7 +239,7 @@ def record_scheduled(tried: Tried, *, run: Any) -> lifecycle.Write | None:
     return write
 
 
-def _told(tried: Tried, write: lifecycle.Write) -> None:
+def _told(tried: Tried, write: writes.Write) -> None:
     """The log line and the metric of a recorded outcome that moved its step."""
     step, result = tried.attempt.step, tried.result
     fields = observe.log_fields(tried.attempt.run, step)

@@ -222,7 +222,7 @@ def _run_start(run: Run, now: datetime.datetime) -> None:
     stepstate.create(run, spec.steps)
     # What the run says once its first steps are due (see _settle), and when it must be
     # woken (its deadline): written with the move, so that scheduling need not write the
-    # run's row again, nor a first poll (lifecycle.Path.ALONE) take the run's lock.
+    # run's row again, nor a first poll (writes.Path.ALONE) take the run's lock.
     first = next((s for s in spec.steps if not s.depends_on), None)
     transitions.run_move(
         run,

@@ -1,11 +1,11 @@
 """The one writer of a step's row: it applies what workflows.engine.lifecycle decides.
 
-A step's state, lease and attempt columns change only here, and only as a `lifecycle.Write`
+A step's state, lease and attempt columns change only here, and only as a `writes.Write`
 says: this module renders a Write as SQL (and onto the StepRun the caller holds) and
 decides nothing. Every write ends or checks a lease, so an attempt whose step moved
 meanwhile finds its lease lost and its outcome is dropped.
 
-- `apply`: a Write under the run's lock (lifecycle.Path.SCHEDULE, every operator's and the
+- `apply`: a Write under the run's lock (writes.Path.SCHEDULE, every operator's and the
   deadline's): one compare-and-set UPDATE (the row's states, and for an attempt its lease),
   its RunEvent, and what follows once it commits (a countdown, the cleanup, an Event).
 - `apply_alone`, `apply_repeats`, `apply_chain`: the fast paths (lifecycle.route), each the
@@ -27,7 +27,7 @@ from django.db import transaction
 
 from workflows import clock
 from workflows.definitions import typed
-from workflows.engine import dispatch, lifecycle, messages, sql, transitions
+from workflows.engine import dispatch, lifecycle, messages, sql, transitions, writes
 from workflows.models import Run, RunEvent, StepRun
 
 #: The row was not in a state the transition starts from (runs' and steps' alike).
@@ -50,7 +50,7 @@ class Held(Protocol):
 
 def apply(
     step: StepRun,
-    write: lifecycle.Write,
+    write: writes.Write,
     *,
     lease: Held | None = None,
     run: Run | None = None,
@@ -73,7 +73,7 @@ def apply(
         raise InvalidTransition(f"step {step.pk} is not in {list(write.allowed_from)}")
     previous = step.state
     _mirror(step, write)
-    if write.event == lifecycle.Event.TRANSITION and previous != write.to:
+    if write.event == writes.Event.TRANSITION and previous != write.to:
         RunEvent.objects.create(
             run_id=step.run_id,
             step_name=step.name,
@@ -83,19 +83,19 @@ def apply(
             reason=reason,
             message=step.message,
         )
-    elif write.event == lifecycle.Event.RETRY:
+    elif write.event == writes.Event.RETRY:
         transitions.retry_record(step, error=step.message, next_at=write.columns["due_at"])
     _follow(step, write, run)
 
 
-def _mirror(step: StepRun, write: lifecycle.Write) -> None:
+def _mirror(step: StepRun, write: writes.Write) -> None:
     """The caller's StepRun as the row now is."""
     step.state = write.to
     for name, value in write.columns.items():
         setattr(step, name, value)
 
 
-def _follow(step: StepRun, write: lifecycle.Write, run: Run | None) -> None:
+def _follow(step: StepRun, write: writes.Write, run: Run | None) -> None:
     """What follows a write once it commits."""
     if write.countdown and step.due_at is not None:
         dispatch.poll_step(step.pk, max(0.0, (step.due_at - clock.now()).total_seconds()))
@@ -118,13 +118,11 @@ def _announce_person(run: Run, step: StepRun) -> None:
 # --- The fast paths: the same Write, one statement each ---------------------------------------
 
 
-def _commit(route: lifecycle.Route) -> str:
+def _commit(route: writes.Route) -> str:
     return "off" if route.asynchronous else "on"
 
 
-def apply_alone(
-    step: StepRun, write: lifecycle.Write, *, lease: Held, route: lifecycle.Route
-) -> bool:
+def apply_alone(step: StepRun, write: writes.Write, *, lease: Held, route: writes.Route) -> bool:
     """A first poll on the step's row alone, while its run says `route.run_says`
     (queries.sql `record_first_poll`); whether it was written."""
     columns = write.columns
@@ -150,7 +148,7 @@ def apply_alone(
     return bool(written)
 
 
-def apply_repeats(items: Sequence[tuple[StepRun, lifecycle.Write, Held]]) -> set[int]:
+def apply_repeats(items: Sequence[tuple[StepRun, writes.Write, Held]]) -> set[int]:
     """Repeated polls (and handed-back steps) of one owner, in one statement, asynchronously
     committed (a crash may lose the last polls: the steps are polled again, which steps
     allow); then the run messages that follow their steps'. The ids written."""
@@ -192,10 +190,10 @@ def _retell(run_id: int, retell: tuple[str, str]) -> None:
 
 def apply_chain(
     step: StepRun,
-    write: lifecycle.Write,
+    write: writes.Write,
     *,
     lease: Held,
-    route: lifecycle.Route,
+    route: writes.Route,
     run_id: int,
     now: datetime.datetime,
     expires: datetime.datetime,
