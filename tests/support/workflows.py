@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hooksvc.contract import catalog, wire
@@ -39,3 +41,17 @@ def call(
     """A parsed HookCall, built from a CAPI-shaped request."""
     body = capi.hook_request(hook, cluster, **fields)
     return wire.parse_hook_call(catalog.HOOKS[hook], json.dumps(body).encode())
+
+
+#: This process' heartbeat row (queries.sql `worker_beat`).
+_HEARTBEAT = re.compile(r'INSERT INTO "?workflows_workerbeat\b')
+
+
+def without_heartbeat(queries: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The statements a CaptureQueriesContext saw, less this process' heartbeat row.
+
+    A claim writes that row in its own transaction whenever the heartbeat thread has not
+    written it in the last WORKER_BEAT_SECONDS (workflows.engine.leases `beating`): on a
+    busy machine any claim may, so a test that counts a path's statements leaves it out.
+    """
+    return [q["sql"] for q in queries if not _HEARTBEAT.search(q["sql"])]
