@@ -23,7 +23,12 @@ from tests.support import fuzz, servers
 from tests.support import workflows as wf
 from workflows.operators import bypasses
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# One xdist process for the module: its server is started once.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.xdist_group("schemathesis"),
+]
 
 EXAMPLES = 10
 #: Headers the session sets for every request (the admin's token), never generated ones.

@@ -34,7 +34,8 @@ from tests.deploy import containers, processes
 from tests.support import servers
 from tests.support.kube import KubeEmulator
 
-pytestmark = pytest.mark.slow
+# One xdist process for the module: it builds and runs one image tag (containers.IMAGE).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("image")]
 STOP_SECONDS = processes.STOP_SECONDS
 
 
