@@ -6,8 +6,8 @@ heartbeat is older than HOOKSVC_WORKER_DEAD_SECONDS (on the database's clock), f
 leases they held, long before those pass, and sends the ready ones, leaving live processes'
 leases alone; each batch poll and the reconciler reap; a lease's owner names a nonce, so a
 pid the kernel hands out again is not taken for the dead process. Through real worker
-processes: a SIGKILLed worker's step is claimed again within 15 s, with leases of 60 s
-beyond the step's five-minute call bound (it used to wait for its lease to pass).
+processes: a SIGKILLed worker's step is claimed again long before its lease (60 s beyond
+the step's five-minute call bound) passes (it used to wait for its lease to pass).
 """
 
 from __future__ import annotations
@@ -183,12 +183,15 @@ def test_a_lease_whose_outcome_could_not_be_recorded_is_freed_by_the_heartbeat(
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_sigkilled_workers_step_is_claimed_again_within_15_seconds(
+def test_a_sigkilled_workers_step_is_claimed_again_long_before_its_lease_passes(
     no_worker: None, tmp_path: Path, clean_redis: redis.Redis
 ) -> None:
+    """The heartbeat's absence frees the step, not its lease: it is claimed again while the
+    dead worker's lease (60 s beyond the call's bound of 300 s) still holds, on the database's
+    clock. Not a stopwatch: on a loaded machine the new worker's start alone may take longer
+    than WORKER_DEAD_SECONDS, which is what docs/engine.md bounds (10 s, then a batch poll)."""
     gate = tmp_path / "release"
-    # Production's lease (60 s beyond the call's bound of 300 s): only the heartbeat's
-    # absence frees the step in seconds.
+    # Production's lease: only the heartbeat's absence can free the step in minutes.
     env = {"HOOKSVC_STEP_LEASE_SECONDS": "60"}
     worker = Worker(tmp_path / "data", tmp_path / "worker.log", env=env)
     worker.start()
@@ -206,11 +209,16 @@ def test_a_sigkilled_workers_step_is_claimed_again_within_15_seconds(
             timeout=120,
             what="the step claimed again",
         )
-        took = time.monotonic() - killed
-        print(f"claimed again {took:.1f} s after SIGKILL")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement_timestamp()")
+            [(reclaimed_by,)] = cursor.fetchall()
+        print(f"claimed again {time.monotonic() - killed:.1f} s after SIGKILL")
         wait_for(lambda: Run.objects.get(pk=run.pk).state in Run.FINISHED, what="the run")
     finally:
         worker.stop()
-    assert took <= 15, f"claimed again {took:.1f} s after the SIGKILL, not within 15 s"
+    assert reclaimed_by < first.lease_expires_at, (
+        f"claimed again only by {reclaimed_by}, its lease passed at {first.lease_expires_at}:"
+        " the dead worker's missing heartbeat freed nothing"
+    )
     assert Run.objects.get(pk=run.pk).state == "succeeded"
     assert not WorkerBeat.objects.filter(owner=first.lease_owner).exists(), "forgotten"
