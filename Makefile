@@ -38,13 +38,15 @@ typecheck: $(STAMP)
 
 # The whole suite in PYTEST_WORKERS processes (pytest-xdist): each has its own PostgreSQL
 # database (pytest-django's _gwN suffix), Redis database (HOOKSVC_TEST_REDIS_URL's number + N)
-# and var/test/gwN (tests/settings.py). Tests of one xdist_group (an image, a cluster) share
-# a process. Temporary files go to var/pytest, not the /tmp/pytest-of-$USER other sessions
-# share and prune. `pytest FILE` alone stays serial. PYTEST_WORKERS=0: one process.
+# and var/test/gwN (tests/settings.py). A file's tests share one process (--dist loadfile:
+# a module's image, server or database is made once; pytest-xdist 3.8's loadgroup groups
+# nothing under pytest 9.2, pytest-xdist issue 1386). Temporary files go to var/pytest, not
+# the /tmp/pytest-of-$USER other sessions share and prune. `pytest FILE` alone stays serial.
+# PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= 3
 PYTEST_ARGS ?=
 pytest: $(STAMP) services chromium podman
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --basetemp=$(CURDIR)/var/pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --basetemp=$(CURDIR)/var/pytest $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml: README.md is its home page, the rest docs/) into site/;
 # `make test` builds it with --strict (tests/test_docs.py), where a broken link fails.

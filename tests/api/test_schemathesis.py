@@ -23,12 +23,7 @@ from tests.support import fuzz, servers
 from tests.support import workflows as wf
 from workflows.operators import bypasses
 
-# One xdist process for the module: its server is started once.
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.xdist_group("schemathesis"),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 EXAMPLES = 10
 #: Headers the session sets for every request (the admin's token), never generated ones.

@@ -34,8 +34,7 @@ from tests.deploy import containers, processes
 from tests.support import servers
 from tests.support.kube import KubeEmulator
 
-# One xdist process for the module: it builds and runs one image tag (containers.IMAGE).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("image")]
+pytestmark = pytest.mark.slow
 STOP_SECONDS = processes.STOP_SECONDS
 
 

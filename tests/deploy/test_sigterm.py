@@ -36,8 +36,7 @@ from tests.deploy.processes import as_pid1, entrypoint
 from tests.support import servers
 from tests.support.kube import KubeEmulator
 
-# One xdist process for the module: its migrated database is made once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sigterm")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
