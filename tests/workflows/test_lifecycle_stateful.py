@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 from hypothesis import settings as hypothesis_settings
@@ -332,8 +333,6 @@ def _call(cluster: str) -> Any:
 
 
 def _lost_limit() -> int:
-    from django.conf import settings
-
     return int(settings.STEP_LOST_ATTEMPTS)
 
 
@@ -357,6 +356,10 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     wrong: list[str] = []
     monkeypatch.setattr(dispatch, "broker", lambda name, args, _: outbox.append((name, args)))
     monkeypatch.setattr(clock, "now", lambda: moment[0])
+    # Dead is the DEAD owner's heartbeat, an hour old: this process's own is written on the
+    # real clock, and only while it claims or holds leases, so on a loaded machine the
+    # reaper would take it for dead between a claim and its outcome after the default 10 s.
+    monkeypatch.setattr(settings, "WORKER_DEAD_SECONDS", 1800)
     StepLives.outbox, StepLives.moment, StepLives.wrong_writes = outbox, moment, wrong
 
     def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
