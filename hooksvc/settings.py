@@ -367,6 +367,13 @@ STEP_LOST_ATTEMPTS = max(1, int(_number("HOOKSVC_STEP_LOST_ATTEMPTS", 3)))
 #: (workflows.engine.lifecycle.needs_countdown).
 POLL_BATCH_MIN_WAIT_SECONDS = _number("HOOKSVC_POLL_BATCH_MIN_WAIT_SECONDS", 5, zero=True)
 
+#: The environment variables an `http` step's headersFromEnv may send (workflows.steps.http);
+#: any other is refused when a template is validated and when the step runs.
+HTTP_ENV_ALLOWLIST = frozenset(
+    name.strip()
+    for name in os.environ.get("HOOKSVC_HTTP_ENV_ALLOWLIST", "").split(",")
+    if name.strip()
+)
 #: Modules imported at startup so that their @step_type registrations exist.
 STEP_MODULES = [m for m in os.environ.get("HOOKSVC_STEP_MODULES", "").split(",") if m]
 #: The management cluster's kubeconfig when not running in a Pod (workflows.kube.k8s reads it per
