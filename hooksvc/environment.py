@@ -67,6 +67,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_HOOK_CALL_RETENTION_DAYS": "how long hook calls are kept for the admin, default 7",
     "HOOKSVC_HOOK_CALL_FLUSH_SECONDS": "hook call records are written in batches this often,"
     " default 0.2; 0 writes each one before the call is answered",
+    "HOOKSVC_HTTP_ENV_ALLOWLIST": "comma-separated environment variables an http step's"
+    " headersFromEnv may send; default none",
     "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
     "HOOKSVC_KUBECONFIG": "management cluster's kubeconfig outside a Pod (default: the first"
     " file in $KUBECONFIG, then ~/.kube/config); in a Pod its ServiceAccount is used",
