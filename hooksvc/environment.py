@@ -79,6 +79,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_REQUEST_DEADLINE_SECONDS": "a request is cut off after this long, default 30",
     "HOOKSVC_WORKER_METRICS_PORT": "a Celery worker serves its own /metrics on this port",
     "HOOKSVC_WATCHER_PORT": "the Cluster watcher serves /healthz and /metrics on this port",
+    "HOOKSVC_COMMIT": "the commit this build is of (the image sets it); unset: the"
+    " checkout's HEAD, else `unknown`",
     "HOOKSVC_WATCHER_LEASE_NAMESPACE": "namespace of the Lease `hooksvc-watcher` that elects"
     " the watcher's leader; default: the Pod's own namespace, outside a Pod `default`",
     "HOOKSVC_METRICS_TOKEN": _METRICS_TOKEN_HELP,
