@@ -102,6 +102,18 @@ class KubeconfigUnavailable(K8sError, errors.TemporaryError):
     """No usable kubeconfig for the cluster (yet)."""
 
 
+class NotConfigured(K8sError, errors.PermanentError):
+    """hooksvc's own configuration names no usable management cluster: nothing heals by
+    waiting, so the message says which setting to fix."""
+
+
+#: What a NotConfigured message tells the operator to do.
+SETTING_ADVICE = (
+    "set HOOKSVC_KUBECONFIG to the management cluster's kubeconfig file, or run hooksvc in a "
+    "Pod with a ServiceAccount"
+)
+
+
 class Gone(K8sError):
     """The watch's resourceVersion is too old (410 Gone): list again."""
 
@@ -303,8 +315,12 @@ def _load(source: tuple[Any, ...], configuration: kubernetes.client.Configuratio
             )
     except Exception:
         # Dropped: the loader's message may quote the file (YAML errors show the line).
-        where = "the in-cluster ServiceAccount" if source[0] == "in-cluster" else source[1]
-        raise KubeconfigUnavailable(f"kubeconfig {where} is not usable") from None
+        if source[0] == "in-cluster":
+            raise NotConfigured(
+                "kubeconfig the in-cluster ServiceAccount is not usable: mount the Pod's "
+                "ServiceAccount token (automountServiceAccountToken)"
+            ) from None
+        raise NotConfigured(f"kubeconfig {source[1]} is not usable: {SETTING_ADVICE}") from None
 
 
 def management_configured() -> bool:
@@ -324,7 +340,7 @@ def management_api() -> ApiClient:
         try:
             stat = os.stat(path)
         except OSError:
-            raise KubeconfigUnavailable(f"kubeconfig {path} not found") from None
+            raise NotConfigured(f"kubeconfig {path} not found: {SETTING_ADVICE}") from None
         source = ("file", path, stat.st_mtime_ns, stat.st_size)
     with _lock:
         if _management is None or _management[0] != source:
