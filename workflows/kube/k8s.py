@@ -103,15 +103,14 @@ class KubeconfigUnavailable(K8sError, errors.TemporaryError):
 
 
 class NotConfigured(K8sError, errors.PermanentError):
-    """hooksvc's own configuration names no usable management cluster: nothing heals by
-    waiting, so the message says which setting to fix."""
+    """No usable management cluster in hooksvc's settings: waiting heals nothing."""
 
 
-#: What a NotConfigured message tells the operator to do.
 SETTING_ADVICE = (
     "set HOOKSVC_KUBECONFIG to the management cluster's kubeconfig file, or run hooksvc in a "
     "Pod with a ServiceAccount"
 )
+POD_ADVICE = "mount the Pod's ServiceAccount token (automountServiceAccountToken)"
 
 
 class Gone(K8sError):
@@ -315,12 +314,10 @@ def _load(source: tuple[Any, ...], configuration: kubernetes.client.Configuratio
             )
     except Exception:
         # Dropped: the loader's message may quote the file (YAML errors show the line).
-        if source[0] == "in-cluster":
-            raise NotConfigured(
-                "kubeconfig the in-cluster ServiceAccount is not usable: mount the Pod's "
-                "ServiceAccount token (automountServiceAccountToken)"
-            ) from None
-        raise NotConfigured(f"kubeconfig {source[1]} is not usable: {SETTING_ADVICE}") from None
+        in_pod = source[0] == "in-cluster"
+        where = "the in-cluster ServiceAccount" if in_pod else source[1]
+        advice = POD_ADVICE if in_pod else SETTING_ADVICE
+        raise NotConfigured(f"kubeconfig {where} is not usable: {advice}") from None
 
 
 def management_configured() -> bool:
