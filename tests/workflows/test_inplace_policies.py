@@ -225,3 +225,11 @@ def test_a_bad_policy_is_refused_naming_the_field(body: str, message: str) -> No
     with pytest.raises(spec.SpecError) as caught:
         spec.parse(text)
     assert message in str(caught.value)
+
+
+@pytest.mark.django_db
+def test_the_admin_lists_policies_read_only(admin_client: Client) -> None:
+    _apply_policy()
+    page = admin_client.get("/admin/workflows/policy/").content.decode()
+    assert "kubelet-and-files" in page and "InPlacePolicy" in page
+    assert admin_client.get("/admin/workflows/policy/add/").status_code == 403

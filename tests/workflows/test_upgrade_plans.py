@@ -11,10 +11,14 @@ workers strategies; the hook's answers, and the selection of the one policy.
 
 from __future__ import annotations
 
+import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from django.core.management import CommandError, call_command
 from django.test import Client, override_settings
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -239,3 +243,33 @@ def test_a_bad_upgrade_policy_is_refused_naming_the_field(body: str, message: st
     with pytest.raises(spec.SpecError) as caught:
         spec.parse(text)
     assert message in str(caught.value)
+
+
+def _preview(tmp_path: Path, labels: dict[str, str], target: str) -> str:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(capi.cluster_v1beta2(labels=labels, version="v1.30.2")))
+    out = io.StringIO()
+    call_command("workflows", "preview", "--cluster", str(path), "--upgrade-to", target, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_preview_upgrade_to_shows_the_plan_the_hook_answers(tmp_path: Path) -> None:
+    apply.templates_apply(documents=spec.parse(POLICY % "EveryMinor"))
+    text = _preview(tmp_path, {"inplace": "true"}, "v1.33.0")
+    assert (
+        "plan of upgrade policy fleet-upgrades (GenerateUpgradePlan): control plane "
+        "v1.31.9, v1.32.4, v1.33.0; workers v1.31.9, v1.32.4, v1.33.0"
+    ) in text
+    assert "BeforeControlPlaneUpgrade v1.31.9->v1.32.4" in text
+
+
+@pytest.mark.django_db
+def test_preview_upgrade_to_says_why_the_hook_would_refuse(tmp_path: Path) -> None:
+    apply.templates_apply(documents=spec.parse(POLICY % "Minimal"))
+    with pytest.raises(CommandError) as caught:
+        _preview(tmp_path, {"inplace": "true"}, "v1.34.0")
+    assert str(caught.value) == (
+        "GenerateUpgradePlan would answer Failure: v1.34.0 is not among the versions upgrade"
+        " policy fleet-upgrades allows"
+    )
