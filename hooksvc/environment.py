@@ -70,6 +70,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_HOOK_CALL_RETENTION_DAYS": "how long hook calls are kept for the admin, default 7",
     "HOOKSVC_HOOK_CALL_FLUSH_SECONDS": "hook call records are written in batches this often,"
     " default 0.2; 0 writes each one before the call is answered",
+    "HOOKSVC_HTTP_ENV_ALLOWLIST": "comma-separated environment variables an http step's"
+    " headersFromEnv may send; default none",
     "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
     "HOOKSVC_KUBECONFIG": "management cluster's kubeconfig outside a Pod (default: the first"
     " file in $KUBECONFIG, then ~/.kube/config); in a Pod its ServiceAccount is used",
@@ -80,6 +82,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_REQUEST_DEADLINE_SECONDS": "a request is cut off after this long, default 30",
     "HOOKSVC_WORKER_METRICS_PORT": "a Celery worker serves its own /metrics on this port",
     "HOOKSVC_WATCHER_PORT": "the Cluster watcher serves /healthz and /metrics on this port",
+    "HOOKSVC_COMMIT": "the commit this build is of (the image sets it); unset: the"
+    " checkout's HEAD, else `unknown`",
     "HOOKSVC_WATCHER_LEASE_NAMESPACE": "namespace of the Lease `hooksvc-watcher` that elects"
     " the watcher's leader; default: the Pod's own namespace, outside a Pod `default`",
     "HOOKSVC_METRICS_TOKEN": _METRICS_TOKEN_HELP,
