@@ -8,7 +8,7 @@ REQUIREMENTS_SUM := $(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(REQUIREMENTS_SUM)
 STAMP := $(VENV)/.installed-dev-$(REQUIREMENTS_SUM)
 
-.PHONY: run test lint typecheck pytest docs services bench bench-fleet-10000 chromium podman image clean soak soak-run crds clusterctl openapi version release release-record
+.PHONY: run run-signin test lint typecheck pytest docs services bench bench-fleet-10000 chromium podman image clean soak soak-run crds clusterctl openapi version release release-record
 
 $(RUN_STAMP): requirements/base.txt requirements/run.txt requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ $(STAMP): requirements/base.txt requirements/run.txt requirements/dev.txt requir
 # Serves on https://localhost:9443 with its own PostgreSQL under var/ (no DATABASE_URL set).
 run: $(RUN_STAMP)
 	$(PY) -m hooksvc.serving.devserver
+
+# `make run` with a local OpenID Connect provider and sample people, to try sign-in and roles
+# (docs/make-run.md; hooksvc/serving/devsignin.py). The provider is a development requirement.
+run-signin: $(STAMP)
+	HOOKSVC_DEV_SIGNIN=1 $(PY) -m hooksvc.serving.devserver
 
 test: $(STAMP) lint typecheck pytest
 

@@ -93,6 +93,11 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_ADMIN_PASSWORD": _ADMIN_PASSWORD_HELP,
     "HOOKSVC_OIDC_ISSUER": "the OpenID Connect issuer URL (https) the admin signs people in"
     " with; unset: no single sign-on, local accounts only",
+    "HOOKSVC_OIDC_DISPLAY_NAME": 'what the sign-in button names the provider ("Sign in with'
+    ' ..."), default `single sign-on`',
+    "HOOKSVC_DEV_SIGNIN": "`make run` only: 1 starts a local OpenID Connect provider with sample"
+    " people and role rules and signs in through it (`make run-signin` sets it)",
+    "HOOKSVC_DEV_SIGNIN_PORT": "`make run` only: the local provider's port, default 9444",
     "HOOKSVC_OIDC_CLIENT_ID": "the client ID registered at the identity provider",
     "HOOKSVC_OIDC_CLIENT_SECRET": _OIDC_SECRET_HELP,
     "HOOKSVC_OIDC_SCOPES": "the scopes asked for, space-separated, default `openid email"

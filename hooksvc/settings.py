@@ -146,6 +146,8 @@ OIDC_CLIENT_SECRET = os.environ.get("HOOKSVC_OIDC_CLIENT_SECRET", "")
 OIDC_SCOPES = os.environ.get("HOOKSVC_OIDC_SCOPES", "").split() or ["openid", "email", "profile"]
 OIDC_GROUPS_CLAIM = os.environ.get("HOOKSVC_OIDC_GROUPS_CLAIM", "").strip() or "groups"
 OIDC_CA_FILE = os.environ.get("HOOKSVC_OIDC_CA_FILE", "")
+#: The provider as the sign-in button names it: "Sign in with <this>".
+OIDC_DISPLAY_NAME = os.environ.get("HOOKSVC_OIDC_DISPLAY_NAME", "").strip() or "single sign-on"
 if OIDC_ISSUER:
     if not OIDC_ISSUER.startswith("https://"):
         raise RuntimeError(f"HOOKSVC_OIDC_ISSUER must be an https:// URL, got {OIDC_ISSUER!r}")
