@@ -167,18 +167,16 @@ def _objects(data: dict[str, Any], key: str, hook: str) -> Objects:
     )
 
 
-def _version(
-    data: dict[str, Any], key: str, *, required: bool
-) -> tuple[semver.Version | None, str]:
+def _version(data: dict[str, Any], key: str, *, required: bool) -> str:
     text: str = wire.field(data, key, str, "", required=required, max_length=wire.MAX_VERSION)
-    if not text:
-        return None, ""
-    try:
-        return semver.parse(text), text
-    except semver.VersionError:
-        raise wire.BadRequest(
-            f"{key} must be a version such as v1.33.0, got {wire.excerpt(text)}"
-        ) from None
+    if text:
+        try:
+            semver.parse(text)
+        except semver.VersionError:
+            raise wire.BadRequest(
+                f"{key} must be a version such as v1.33.0, got {wire.excerpt(text)}"
+            ) from None
+    return text
 
 
 def parse(hook: catalog.Hook, body: bytes) -> OptionalCall:
@@ -187,17 +185,16 @@ def parse(hook: catalog.Hook, body: bytes) -> OptionalCall:
     wire.check_type_meta(data, hook.request_kind)
     settings = wire.string_map(data, "settings", "")
     if hook.name == "GenerateUpgradePlan":
-        cp, cp_text = _version(data, "fromControlPlaneKubernetesVersion", required=True)
-        workers, workers_text = _version(data, "fromWorkersKubernetesVersion", required=False)
-        to, to_text = _version(data, "toKubernetesVersion", required=True)
-        assert cp is not None and to is not None  # noqa: S101  (required above)
+        cp_text = _version(data, "fromControlPlaneKubernetesVersion", required=True)
+        workers_text = _version(data, "fromWorkersKubernetesVersion", required=False)
+        to_text = _version(data, "toKubernetesVersion", required=True)
         return UpgradePlanCall(
             hook=hook,
             settings=settings,
             cluster=wire.parse_cluster(data.get("cluster")),
-            from_control_plane=cp,
-            from_workers=workers,
-            to=to,
+            from_control_plane=semver.parse(cp_text),
+            from_workers=semver.parse(workers_text) if workers_text else None,
+            to=semver.parse(to_text),
             from_control_plane_text=cp_text,
             from_workers_text=workers_text,
             to_text=to_text,

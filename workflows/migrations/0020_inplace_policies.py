@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("workflows", "0018_step_lifecycle"),
+        ("workflows", "0019_previous_release_defaults"),
     ]
 
     operations = [
