@@ -354,6 +354,10 @@ TLS_CLIENT_AUTH = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"
 HOOKS_PATH_PREFIX = os.environ.get("HOOKSVC_PATH_PREFIX", "").strip("/")
 #: Per-hook overrides of the discovery entries, as JSON (validated at startup).
 HOOKS_HANDLERS = os.environ.get("HOOKSVC_HANDLERS", "")
+#: Optional hook families served beside the lifecycle hooks (hooksvc.contract.handlers):
+#: `InPlaceUpdates`, `UpgradePlan`; none by default (CAPI lets one extension register for
+#: the in-place hooks).
+OPTIONAL_HOOKS = os.environ.get("HOOKSVC_OPTIONAL_HOOKS", "")
 
 #: How late a wake-up must be before the reconciler re-enqueues it (countdowns go first).
 RECONCILE_GRACE_SECONDS = _number("HOOKSVC_RECONCILE_GRACE_SECONDS", 30)
