@@ -116,6 +116,11 @@ def decode(body: bytes) -> dict[str, Any]:
         ) from None
     except RecursionError:
         raise BadRequest(f"request body is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError:
+        # int() refuses a literal of more than sys.get_int_max_str_digits() digits (4300 by
+        # default, CPython's CVE-2020-10735 limit): json.loads raises ValueError, not
+        # JSONDecodeError, for it.
+        raise BadRequest("request body holds a number with too many digits") from None
     # Nesting is at most the number of brackets: most bodies need no walk (a C count).
     if body.count(b"{") + body.count(b"[") > MAX_DEPTH:
         _check_depth(data)

@@ -36,6 +36,14 @@ from workflows.steps import objects, pods, registry
 BATCH_API = "batch/v1"
 #: The label the Job controller puts on its pods.
 JOB_NAME_LABEL = "job-name"
+#: The Job conditions that decide the step, in the order they are looked at (batch/v1
+#: JobConditionType; docs/upstream.md records them).
+CONDITIONS = {
+    "Complete": "succeeded",
+    "SuccessCriteriaMet": "succeeded",
+    "Failed": "failed",
+    "FailureTarget": "failed",
+}
 LOG_CHARS = 8000
 #: Pods that failed because they were disrupted do not count towards backoffLimit; the
 #: Jobs page's own example rule. It needs restartPolicy Never, which the Job's Pod has.
@@ -172,12 +180,7 @@ def outcome(job: objects.JSON) -> tuple[str, objects.JSON] | None:
         for c in (job.get("status") or {}).get("conditions") or []
         if c.get("status") == "True"
     }
-    for kind, result in (
-        ("Complete", "succeeded"),
-        ("SuccessCriteriaMet", "succeeded"),
-        ("Failed", "failed"),
-        ("FailureTarget", "failed"),
-    ):
+    for kind, result in CONDITIONS.items():
         if kind in conditions:
             return result, conditions[kind]
     return None
