@@ -31,12 +31,15 @@ run-signin: $(STAMP)
 
 test: $(STAMP) lint typecheck pytest
 
-lint: $(STAMP)
+# The migration check (scripts/check_migrations.py: every migration since the previous
+# release, judged by django-migration-linter) reads PostgreSQL, hence `services`.
+lint: $(STAMP) services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/bandit -r hooksvc workflows -q
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) scripts/check-module-size
+	$(PY) scripts/check_migrations.py
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
