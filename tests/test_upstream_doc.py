@@ -200,6 +200,24 @@ def test_every_recorded_value_is_the_projects_copy() -> None:
     assert not problems, "docs/upstream.md:\n" + "\n".join(problems)
 
 
+def test_every_builtin_step_type_has_a_fresh_reading() -> None:
+    """Each step type's section says when it was last read again against upstream and the
+    failure-case table, at which commits, and what was checked."""
+    headings = sections()
+    problems = []
+    for name in builtin_step_types():
+        body = headings.get(f"Step type `{name}`", "")
+        lines = [FRESH.match(line) for line in body.splitlines() if line.startswith("Fresh")]
+        readings = [match for match in lines if match]
+        if not readings or len(readings) != len(lines):
+            problems.append(f"{name}: no line 'Fresh reading <YYYY-MM-DD> at <...>: <checked>'")
+            continue
+        for reading in readings:
+            if not PIN.search(reading["at"]) and "no upstream" not in reading["at"]:
+                problems.append(f"{name}: the reading names no commit or tag ('no upstream')")
+    assert not problems, "docs/upstream.md:\n" + "\n".join(problems)
+
+
 def test_the_recorded_value_check_finds_a_difference() -> None:
     line = "- Recorded `a.B` from helm v4.1.4 `x.go` `InstallOrder` = `PriorityClass, Namespace`"
     match = RECORDED.match(line)
@@ -207,3 +225,6 @@ def test_the_recorded_value_check_finds_a_difference() -> None:
     assert as_recorded(("Namespace",)) != match["value"]
     assert as_recorded({"Complete": "succeeded", "Failed": "failed"}) == "Complete, Failed"
     assert PIN.search("velero v1.18.1 (26ef8fa7df68)") and not PIN.search("kubernetes master")
+    reading = FRESH.match("Fresh reading 2026-11-28 at helm v4.1.4 (05fa3797): InstallOrder.")
+    assert reading and reading["at"] == "helm v4.1.4 (05fa3797)"
+    assert not FRESH.match("Fresh reading soon: nothing")
