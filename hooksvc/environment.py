@@ -29,6 +29,9 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_TLS_CLIENT_AUTH": "1 to require client certificates signed by ca.crt (mutual TLS)",
     "HOOKSVC_PATH_PREFIX": "path prefix of the hook endpoints (ExtensionConfig service.path)",
     "HOOKSVC_HANDLERS": "JSON overrides per hook: name, timeoutSeconds, failurePolicy",
+    "HOOKSVC_OPTIONAL_HOOKS": "comma-separated optional hook families to serve:"
+    " `InPlaceUpdates` (CanUpdateMachine, CanUpdateMachineSet, UpdateMachine),"
+    " `UpgradePlan` (GenerateUpgradePlan); none by default",
     "HOOKSVC_WEB_WORKERS": "gunicorn worker processes, default 2",
     "HOOKSVC_WEB_THREADS": "threads per gunicorn worker, default 8",
     "HOOKSVC_ALLOWED_HOSTS": "comma-separated Host names; default * (the hook port is TLS-only)",

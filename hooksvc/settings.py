@@ -66,8 +66,20 @@ def _secret_key() -> str:
     path = DATA_DIR / "secret_key"
     if not path.exists():
         DATA_DIR.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        # 0600 from its creation (a chmod after would leave a moment it is readable), written
+        # aside and linked into place: a process starting beside this one reads a whole key,
+        # and the first to link wins.
+        partial = DATA_DIR / f".secret_key.{os.getpid()}"
+        partial.unlink(missing_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(50))
+        try:
+            os.link(partial, path)
+        except FileExistsError:
+            pass
+        finally:
+            partial.unlink()
     return path.read_text().strip()
 
 
@@ -342,6 +354,10 @@ TLS_CLIENT_AUTH = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"
 HOOKS_PATH_PREFIX = os.environ.get("HOOKSVC_PATH_PREFIX", "").strip("/")
 #: Per-hook overrides of the discovery entries, as JSON (validated at startup).
 HOOKS_HANDLERS = os.environ.get("HOOKSVC_HANDLERS", "")
+#: Optional hook families served beside the lifecycle hooks (hooksvc.contract.handlers):
+#: `InPlaceUpdates`, `UpgradePlan`; none by default (CAPI lets one extension register for
+#: the in-place hooks).
+OPTIONAL_HOOKS = os.environ.get("HOOKSVC_OPTIONAL_HOOKS", "")
 
 #: How late a wake-up must be before the reconciler re-enqueues it (countdowns go first).
 RECONCILE_GRACE_SECONDS = _number("HOOKSVC_RECONCILE_GRACE_SECONDS", 30)

@@ -13,9 +13,12 @@ from django.db import models
 from hooksvc.contract import catalog
 
 # Defined apart for this module's size; imported here, it is one of the app's models.
+from workflows.policy_model import Policy  # noqa: F401
 from workflows.rollout_actions import RolloutAction  # noqa: F401
 
 HOOK_CHOICES = [(name, name) for name in catalog.HOOKS]
+#: A hook call's record may be of an optional hook too.
+CALL_HOOK_CHOICES = [(name, name) for name in catalog.ALL_HOOKS]
 #: What templates and runs name: the hooks, and hooksvc's own moments (ClusterDeleted).
 MOMENT_CHOICES = [(name, name) for name in catalog.MOMENTS]
 
@@ -336,7 +339,7 @@ class HookCall(models.Model):
     """One hook call CAPI made and the answer it got; kept HOOK_CALL_RETENTION_DAYS days."""
 
     at = models.DateTimeField(auto_now_add=True)
-    hook = models.CharField(max_length=64, choices=HOOK_CHOICES)
+    hook = models.CharField(max_length=64, choices=CALL_HOOK_CHOICES)
     handler = models.CharField(max_length=63)
     cluster_key = models.CharField(max_length=320)
     cluster_namespace = models.CharField(max_length=253)
