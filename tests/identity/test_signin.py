@@ -176,7 +176,11 @@ def test_the_sign_in_page_offers_single_sign_on_and_the_break_glass_form(
     signin: oidc.Provider, client: Client
 ) -> None:
     page = client.get("/admin/login/", {"next": "/admin/"}).content.decode()
-    assert 'id="sso-sign-in"' in page and "Sign in with localhost" in page
+    # Not the issuer's host ("Sign in with localhost"): the name people know it by.
+    assert 'id="sso-sign-in"' in page and "Sign in with single sign-on" in page
+    with override_settings(OIDC_DISPLAY_NAME="Example Corp SSO"):
+        page = client.get("/admin/login/").content.decode()
+    assert "Sign in with Example Corp SSO</a>" in page
     assert 'id="login-form"' in page
     with override_settings(LOCAL_LOGIN=False):
         page = client.get("/admin/login/").content.decode()

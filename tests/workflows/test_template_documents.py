@@ -271,7 +271,7 @@ def test_a_missing_hook_is_rejected() -> None:
         (
             {"kind": "ClusterProfile"},
             "document 1 (x): kind: unknown kind 'ClusterProfile' "
-            "(known: WorkflowTemplate, AddonProfile)",
+            "(known: WorkflowTemplate, AddonProfile, InPlacePolicy, UpgradePolicy)",
         ),
         (
             {"apiVersion": "hooksvc/v1"},

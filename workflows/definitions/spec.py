@@ -1,7 +1,8 @@
 """Operators' YAML documents, validated into the normalized specs the engine reads.
 
 `parse(text)` loads every document of a file and validates each through the table
-`KINDS` (kind -> validator): `WorkflowTemplate` and `AddonProfile`. The result for a
+`KINDS` (kind -> validator): `WorkflowTemplate`, `AddonProfile`, and the policies of
+in-place updates and upgrade plans (`workflows.definitions.policies`). The result for a
 template is the dict stored in `WorkflowTemplate.spec` and snapshotted in `Run.spec`,
 with every default filled in; a profile's is stored in `AddonProfile.spec` and turned
 into templates by `workflows.definitions.addons`. Unknown fields are errors: an operator's
@@ -17,7 +18,7 @@ from typing import Any
 import yaml
 
 from hooksvc.contract import catalog
-from workflows.definitions import fields, typed
+from workflows.definitions import fields, policies, typed
 from workflows.steps import registry
 
 API_VERSION = "hooksvc/v1alpha1"
@@ -29,7 +30,12 @@ API_VERSIONS = (RESOURCE_API_VERSION, API_VERSION)
 #: `managed_by` of a template or profile kept in sync with a custom resource of GROUP.
 RESOURCE = "resource"
 #: The resource (plural) name of each kind in GROUP.
-PLURALS = {"WorkflowTemplate": "workflowtemplates", "AddonProfile": "addonprofiles"}
+PLURALS = {
+    "WorkflowTemplate": "workflowtemplates",
+    "AddonProfile": "addonprofiles",
+    "InPlacePolicy": "inplacepolicies",
+    "UpgradePolicy": "upgradepolicies",
+}
 #: StepRun.retries is a small integer; more retries than this are a typo, not a plan.
 MAX_RETRIES = 100
 MAX_STEPS = 200
@@ -366,6 +372,8 @@ def profile_problems(depends_on: dict[str, list[str]]) -> list[str]:
 KINDS: dict[str, Callable[[Any, str], dict[str, Any]]] = {
     "WorkflowTemplate": workflow_template,
     "AddonProfile": addon_profile,
+    policies.IN_PLACE: policies.in_place_policy,
+    policies.UPGRADE: policies.upgrade_policy,
 }
 
 

@@ -98,7 +98,37 @@ def actor_named(username: str, *, channel: str = "cli") -> Actor:
             f"no user {username!r}: people who signed in through the identity provider are "
             "named by their e-mail; local accounts by their username"
         )
+    identity = _identity(user)
+    if identity is not None and identity.issuer != settings.OIDC_ISSUER:
+        # Their grants would be none here, and every answer an empty one said with confidence.
+        known = (
+            f"only {settings.OIDC_ISSUER}"
+            if settings.OIDC_ISSUER
+            else "no provider (HOOKSVC_OIDC_ISSUER is unset)"
+        )
+        raise LookupError(
+            f"{username!r} signs in through {identity.issuer}, and this process knows {known}:"
+            " run it beside the `make run` that serves with that provider (it reads its"
+            " settings from var/make-run.json), or export the HOOKSVC_OIDC_* and"
+            " HOOKSVC_ROLES_FILE settings the server has"
+        )
     return actor_of_user(user, channel=channel)
+
+
+def no_role(actor: Actor, username: str) -> str:
+    """Why the user `username` (as `actor`) may see nothing; "" when they may see something."""
+    if actor.grants:
+        return ""
+    if actor.subject:
+        if not settings.ROLES_FILE:
+            return f"{username} gets no role: HOOKSVC_ROLES_FILE is unset, so no group gives one"
+        return (
+            f"{username} gets no role: no rule of HOOKSVC_ROLES_FILE {settings.ROLES_FILE}"
+            " names a group of their last sign-in"
+        )
+    if not settings.LOCAL_LOGIN:
+        return f"{username} gets no role: local accounts count for nothing (HOOKSVC_LOCAL_LOGIN=0)"
+    return f"{username} gets no role: a local account needs staff status to view"
 
 
 def _username(issuer: str, subject: str, email: str) -> str:

@@ -10,11 +10,16 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from hooksvc import build
 from workflows.operators import cli
 
 
 class Command(BaseCommand):
     help = "List and show workflow runs, act on them, and preview what a hook call would start."
+
+    def get_version(self) -> str:
+        # `manage.py workflows --version`: hooksvc's build, not Django's version.
+        return build.describe()
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

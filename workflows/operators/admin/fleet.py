@@ -129,10 +129,7 @@ def _stalled(run: Run, now: datetime.datetime) -> str:
     found = stalls.of_annotated(run, now)
     if found is None:
         return ""
-    return (
-        f"step {found['step']} stalled: no progress for {found['for']}"
-        f" (normal: up to {found['normal']})"
-    )
+    return stalls.wording(found["step"], found["for"], found["normal"])
 
 
 def cluster_row(cluster: fleet.HeldCluster, now: datetime.datetime) -> ClusterRow:
