@@ -105,6 +105,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_OIDC_SCOPES": "the scopes asked for, space-separated, default `openid email"
     " profile` (Dex: add `groups`)",
     "HOOKSVC_OIDC_GROUPS_CLAIM": "the claim that carries a person's groups, default `groups`",
+    "HOOKSVC_OIDC_TRUST_UNVERIFIED_EMAIL": "1: take the e-mail claim without email_verified"
+    " (a provider that gives only addresses it manages); default: verified e-mails only",
     "HOOKSVC_OIDC_CA_FILE": "a CA bundle to check the provider's TLS certificate with;"
     " default the system's",
     "HOOKSVC_LOCAL_LOGIN": "1 (default): local accounts sign in with a password (break glass);"
