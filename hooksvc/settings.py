@@ -160,6 +160,8 @@ OIDC_GROUPS_CLAIM = os.environ.get("HOOKSVC_OIDC_GROUPS_CLAIM", "").strip() or "
 OIDC_CA_FILE = os.environ.get("HOOKSVC_OIDC_CA_FILE", "")
 #: The provider as the sign-in button names it: "Sign in with <this>".
 OIDC_DISPLAY_NAME = os.environ.get("HOOKSVC_OIDC_DISPLAY_NAME", "").strip() or "single sign-on"
+#: Take the e-mail claim without `email_verified` (workflows.operators.identities.verified_email).
+OIDC_TRUST_UNVERIFIED_EMAIL = os.environ.get("HOOKSVC_OIDC_TRUST_UNVERIFIED_EMAIL", "") == "1"
 if OIDC_ISSUER:
     if not OIDC_ISSUER.startswith("https://"):
         raise RuntimeError(f"HOOKSVC_OIDC_ISSUER must be an https:// URL, got {OIDC_ISSUER!r}")
