@@ -273,7 +273,13 @@ def typed_template(value: Any, name: str) -> typed.Template:
         "approval_retry_after_seconds": fields.integer(
             raw.get("approvalRetryAfterSeconds"), "spec.approvalRetryAfterSeconds", minimum=1
         ),
-        "on_failure": fields.choice(raw.get("onFailure"), "spec.onFailure", ON_FAILURE),
+        # A failed UpdateMachine run answers Failure by default: CAPI marks the update failed
+        # and requeues (core/reconcilers/machine/machine_controller_inplace_update.go).
+        "on_failure": fields.choice(
+            raw.get("onFailure") or ("Fail" if hook == "UpdateMachine" else None),
+            "spec.onFailure",
+            ON_FAILURE,
+        ),
         "deadline_seconds": fields.integer(
             raw.get("deadlineSeconds"), "spec.deadlineSeconds", minimum=1
         ),
