@@ -34,6 +34,8 @@ ENVIRONMENT: dict[str, str] = {
     " `UpgradePlan` (GenerateUpgradePlan); none by default",
     "HOOKSVC_WEB_WORKERS": "gunicorn worker processes, default 2",
     "HOOKSVC_WEB_THREADS": "threads per gunicorn worker, default 8",
+    "HOOKSVC_WEB_DRAIN_SECONDS": "after SIGTERM, how long web keeps serving with /readyz failing"
+    " and every answer closing its connection, before it finishes what is in flight; default 5",
     "HOOKSVC_ALLOWED_HOSTS": "comma-separated Host names; default * (the hook port is TLS-only)",
     "HOOKSVC_LOG_FORMAT": "`json` (default in production) or `text`",
     "HOOKSVC_LOG_LEVEL": "log level, default INFO",
@@ -103,6 +105,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_OIDC_SCOPES": "the scopes asked for, space-separated, default `openid email"
     " profile` (Dex: add `groups`)",
     "HOOKSVC_OIDC_GROUPS_CLAIM": "the claim that carries a person's groups, default `groups`",
+    "HOOKSVC_OIDC_TRUST_UNVERIFIED_EMAIL": "1: take the e-mail claim without email_verified"
+    " (a provider that gives only addresses it manages); default: verified e-mails only",
     "HOOKSVC_OIDC_CA_FILE": "a CA bundle to check the provider's TLS certificate with;"
     " default the system's",
     "HOOKSVC_LOCAL_LOGIN": "1 (default): local accounts sign in with a password (break glass);"

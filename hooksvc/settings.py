@@ -66,8 +66,20 @@ def _secret_key() -> str:
     path = DATA_DIR / "secret_key"
     if not path.exists():
         DATA_DIR.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        # 0600 from its creation (a chmod after would leave a moment it is readable), written
+        # aside and linked into place: a process starting beside this one reads a whole key,
+        # and the first to link wins.
+        partial = DATA_DIR / f".secret_key.{os.getpid()}"
+        partial.unlink(missing_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(50))
+        try:
+            os.link(partial, path)
+        except FileExistsError:
+            pass
+        finally:
+            partial.unlink()
     return path.read_text().strip()
 
 
@@ -148,6 +160,8 @@ OIDC_GROUPS_CLAIM = os.environ.get("HOOKSVC_OIDC_GROUPS_CLAIM", "").strip() or "
 OIDC_CA_FILE = os.environ.get("HOOKSVC_OIDC_CA_FILE", "")
 #: The provider as the sign-in button names it: "Sign in with <this>".
 OIDC_DISPLAY_NAME = os.environ.get("HOOKSVC_OIDC_DISPLAY_NAME", "").strip() or "single sign-on"
+#: Take the e-mail claim without `email_verified` (workflows.operators.identities.verified_email).
+OIDC_TRUST_UNVERIFIED_EMAIL = os.environ.get("HOOKSVC_OIDC_TRUST_UNVERIFIED_EMAIL", "") == "1"
 if OIDC_ISSUER:
     if not OIDC_ISSUER.startswith("https://"):
         raise RuntimeError(f"HOOKSVC_OIDC_ISSUER must be an https:// URL, got {OIDC_ISSUER!r}")

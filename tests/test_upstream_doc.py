@@ -218,6 +218,28 @@ def test_every_builtin_step_type_has_a_fresh_reading() -> None:
     assert not problems, "docs/upstream.md:\n" + "\n".join(problems)
 
 
+#: Sections read against an unpinned "master": pin each at its next reading, then drop it.
+UNPINNED = {"The resource controller (`workflows/controllers/resources.py`)"}
+
+
+def test_every_row_says_at_which_tag_or_commit_its_upstream_was_read() -> None:
+    """A row's upstream names a tag or a commit, in its own cell or in its section's
+    introduction ("Read in ..."): "master" does not say what was read."""
+    problems = []
+    for heading, body in sections().items():
+        if heading in UNPINNED:
+            continue
+        introduction = body.split("\n|", 1)[0]
+        if PIN.search(introduction):
+            continue
+        problems += [
+            f"{heading}: {row[0][:60]!r}"
+            for row in table(body)[1:]
+            if len(row) == len(COLUMNS) and row[1] != "-" and not PIN.search(row[1])
+        ]
+    assert not problems, "docs/upstream.md, rows read at no tag or commit:\n" + "\n".join(problems)
+
+
 def test_the_recorded_value_check_finds_a_difference() -> None:
     line = "- Recorded `a.B` from helm v4.1.4 `x.go` `InstallOrder` = `PriorityClass, Namespace`"
     match = RECORDED.match(line)

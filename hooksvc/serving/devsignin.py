@@ -100,7 +100,14 @@ def start(
     port = _port(environ)
     people = [
         oidc_provider_mock.User(
-            sub=name, claims={"email": f"{name}@example.com", "groups": groups, "name": name}
+            # email_verified: hooksvc takes only a verified e-mail (identities.verified_email).
+            sub=name,
+            claims={
+                "email": f"{name}@example.com",
+                "email_verified": True,
+                "groups": groups,
+                "name": name,
+            },
         )
         for name, groups in PEOPLE.items()
     ]

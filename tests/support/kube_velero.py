@@ -24,6 +24,11 @@ Backups, as these controllers do, each handing the Backup on by its phase:
   the one named), one in read-only mode, one not `Available` ("... is in Unavailable
   status."), labelSelector with orLabelSelectors. Any gives `FailedValidation`; else
   `InProgress` with `startTimestamp`.
+- Namespace lists (pkg/util/wildcard/expand.go, pkg/util/collections/includes_excludes.go):
+  a name with `*`, `?` or `[` is a glob pattern matched against the live namespaces, in the
+  includes and the excludes; patterns that match nothing back up nothing; the spec keeps
+  them. ValidateNamespaceIncludesExcludes runs after the labelled namespaces were added to
+  the excludes, so a labelled namespace the Backup names fails validation, in its words.
 - runBackup (`duration` seconds later): each Bound PVC the Backup covers (its namespaces, its
   labels, not labelled `velero.io/exclude-from-backup=true`: pkg/backup/item_backupper.go)
   is backed up by a PodVolumeBackup when a Pod that mounts it opts the volume into file

@@ -147,6 +147,23 @@ def _username(issuer: str, subject: str, email: str) -> str:
     return f"{wanted[: _USERNAME_LENGTH - 11]}~{tag}"
 
 
+def verified_email(claims: Mapping[str, Any]) -> str:
+    """The e-mail claim, when the provider says it verified the address (`email_verified`,
+    OpenID Connect Core 1.0 section 5.1: "true if the End-User's e-mail address has been
+    verified; otherwise false"), else "". A provider that lets people type any address
+    would otherwise let them be recorded (and named) as someone else.
+    HOOKSVC_OIDC_TRUST_UNVERIFIED_EMAIL takes the claim as it is, for providers that give
+    only addresses they manage and send no `email_verified` (Entra ID)."""
+    email = claims.get("email")
+    if not isinstance(email, str) or not email:
+        return ""
+    verified = claims.get("email_verified")
+    # Some providers (AWS Cognito) send the boolean as a string.
+    if verified is True or verified == "true" or settings.OIDC_TRUST_UNVERIFIED_EMAIL:
+        return email
+    return ""
+
+
 def groups_of(claims: Mapping[str, Any], claim: str) -> list[str]:
     """The groups a claim carries: a list of names, or one name; anything else gives none."""
     value = claims.get(claim)
