@@ -42,6 +42,16 @@ ENV PATH=/opt/venv/bin:$PATH \
     HOOKSVC_ENV=production \
     HOOKSVC_TLS_DIR=/etc/hooksvc/tls \
     HOOKSVC_DATA_DIR=/tmp/hooksvc
+# The build's version and commit, from scripts/build-image (hooksvc/__init__.py's
+# __version__ and `git rev-parse HEAD`): the OCI labels say which release an image is, and
+# HOOKSVC_COMMIT gives the processes their `hooksvc_build_info{commit}`. Last, so that a
+# new commit rebuilds no layer above.
+ARG HOOKSVC_VERSION=unknown
+ARG HOOKSVC_COMMIT=unknown
+LABEL org.opencontainers.image.title="hooksvc" \
+      org.opencontainers.image.version="${HOOKSVC_VERSION}" \
+      org.opencontainers.image.revision="${HOOKSVC_COMMIT}"
+ENV HOOKSVC_COMMIT=${HOOKSVC_COMMIT}
 USER 10001:10001
 EXPOSE 9443
 ENTRYPOINT ["/app/docker-entrypoint.sh"]

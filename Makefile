@@ -8,7 +8,7 @@ REQUIREMENTS_SUM := $(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(REQUIREMENTS_SUM)
 STAMP := $(VENV)/.installed-dev-$(REQUIREMENTS_SUM)
 
-.PHONY: run test lint typecheck pytest docs services bench bench-fleet-10000 chromium podman image clean soak soak-run crds clusterctl openapi
+.PHONY: run run-signin test lint typecheck pytest docs services bench bench-fleet-10000 chromium podman image clean soak soak-run crds clusterctl openapi version release release-record
 
 $(RUN_STAMP): requirements/base.txt requirements/run.txt requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,14 +24,22 @@ $(STAMP): requirements/base.txt requirements/run.txt requirements/dev.txt requir
 run: $(RUN_STAMP)
 	$(PY) -m hooksvc.serving.devserver
 
+# `make run` with a local OpenID Connect provider and sample people, to try sign-in and roles
+# (docs/make-run.md; hooksvc/serving/devsignin.py). The provider is a development requirement.
+run-signin: $(STAMP)
+	HOOKSVC_DEV_SIGNIN=1 $(PY) -m hooksvc.serving.devserver
+
 test: $(STAMP) lint typecheck pytest
 
-lint: $(STAMP)
+# The migration check (scripts/check_migrations.py: every migration since the previous
+# release, judged by django-migration-linter) reads PostgreSQL, hence `services`.
+lint: $(STAMP) services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/bandit -r hooksvc workflows -q
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) scripts/check-module-size
+	$(PY) scripts/check_migrations.py
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
@@ -87,6 +95,21 @@ clusterctl: $(STAMP)
 openapi: $(STAMP)
 	$(PY) manage.py spectacular --format openapi-json --validate --fail-on-warn \
 		--file docs/api-openapi.json
+
+# hooksvc's version (hooksvc/__init__.py, the one place it is written).
+version:
+	@$(PYTHON) scripts/release.py version
+
+# A release (docs/releasing.md): `make release VERSION=x.y.z` sets the version everywhere and
+# makes CHANGELOG.md's "Unreleased" its section; commit that, then `make release-record`
+# adds the release commit to releases.json (commit that too).
+release:
+	@test -n "$(VERSION)" || { echo "make release VERSION=x.y.z" >&2; exit 2; }
+	@$(MAKE) -s $(STAMP)
+	$(PY) scripts/release.py prepare $(VERSION)
+
+release-record:
+	$(PYTHON) scripts/release.py record
 
 # Makes sure PostgreSQL and Redis answer (starting throwaway ones if needed).
 services:

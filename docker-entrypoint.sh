@@ -6,6 +6,7 @@
 #   watch-clusters       the Cluster watcher (add-on removal for Clusters without a topology)
 #   migrate              apply database migrations, then exit
 #   wait-for-migrations  block until no migration is pending (an init container's job)
+#   version              print hooksvc's version and commit, then exit
 #   anything else        run as given, e.g. `python manage.py createsuperuser`
 # Every process is exec'd, so it is PID 1 and receives Kubernetes' SIGTERM itself.
 set -eu
@@ -28,6 +29,9 @@ watch-clusters)
     ;;
 migrate)
     exec python manage.py migrate --noinput "$@"
+    ;;
+version)
+    exec python manage.py version
     ;;
 wait-for-migrations)
     # `migrate --check` exits non-zero while migrations are unapplied: the migrate Job

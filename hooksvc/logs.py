@@ -2,6 +2,13 @@
 
 Fields passed with `extra=` (action, run, hook, cluster, step, ...) become top-level keys,
 so a log pipeline can follow one run from its hook call to the worker's steps by `run`.
+
+No query string reaches a log with its values: an API token sent as `?access_token=`, an
+OIDC callback's `code` and `state`. Django passes the request itself as `extra` (its
+`django.request` and `django.security` records), whose repr is the full URL
+(django/http/request.py HttpRequest.__repr__ uses get_full_path()); a request is written as
+its method and path, and every `?name=value` in a line keeps the name only (`redact_queries`,
+also applied by `make run` to what its children print, hooksvc.serving.terminal).
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import re
 from typing import Any
 
 # Attributes every LogRecord has; anything else came from `extra=`.
@@ -17,6 +25,27 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "asctime",
     "taskName",
 }
+
+
+#: A URL's query string: from `?` to the first space, quote or angle bracket.
+_QUERY = re.compile(r"\?[^\s'\"<>?]*=[^\s'\"<>]*")
+
+
+def _names_only(match: re.Match[str]) -> str:
+    parts = match[0][1:].split("&")
+    return "?" + "&".join(f"{p.split('=', 1)[0]}=[redacted]" if "=" in p else p for p in parts)
+
+
+def redact_queries(text: str) -> str:
+    """`text` with the value of every query parameter replaced by `[redacted]`."""
+    return _QUERY.sub(_names_only, text) if "?" in text else text
+
+
+def _shown(value: Any) -> Any:
+    """An extra field as logged: a request as its method and path, never its query."""
+    if hasattr(value, "method") and hasattr(value, "path") and hasattr(value, "META"):
+        return f"{value.method} {value.path}"
+    return value
 
 
 class JSONFormatter(logging.Formatter):
@@ -31,10 +60,10 @@ class JSONFormatter(logging.Formatter):
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value
+                entry[key] = _shown(value)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return redact_queries(json.dumps(entry, default=str))
 
 
 class TextFormatter(logging.Formatter):
@@ -43,8 +72,8 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         extras = " ".join(
-            f"{k}={v}"
+            f"{k}={_shown(v)}"
             for k, v in vars(record).items()
             if k not in _STANDARD and not k.startswith("_")
         )
-        return f"{line} {extras}" if extras else line
+        return redact_queries(f"{line} {extras}" if extras else line)

@@ -25,12 +25,12 @@ class HookAnswer(enum.StrEnum):
 
 HOOK_CALLS = Counter(
     "hooksvc_hook_calls",
-    "Lifecycle hook calls by hook, handler and answer (blocked, passed, failed).",
+    "Hook calls by hook, handler and answer (blocked, passed, failed).",
     ["hook", "handler", "answer"],
 )
 HOOK_LATENCY = Histogram(
     "hooksvc_hook_latency_seconds",
-    "Time to answer a lifecycle hook call, from routing to the response body.",
+    "Time to answer a hook call, from routing to the response body.",
     ["hook"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )

@@ -4,7 +4,7 @@ Every knob is an environment variable, listed in docs/settings.md's table and in
 `ENVIRONMENT` below (docker-compose and the k8s manifests are checked against that list).
 With nothing set, the process runs the development setup of `make run`: the local
 PostgreSQL and Redis that `make run` starts under HOOKSVC_DATA_DIR (hooksvc.devdb,
-hooksvc.devbroker), or the servers a running `make run` was given (hooksvc.devrun).
+hooksvc.devbroker); beside a running `make run`, what it was given (hooksvc.devrun).
 Production requires DATABASE_URL.
 """
 
@@ -43,6 +43,11 @@ if HOOKSVC_ENV not in ("development", "production"):
 PRODUCTION = HOOKSVC_ENV == "production"
 
 DATA_DIR = Path(os.environ.get("HOOKSVC_DATA_DIR", BASE_DIR / "var"))
+#: What a `make run` serving from DATA_DIR was started with and this process was not given
+#: (its database, broker, sign-in, roles...): a manage.py beside it serves alike with nothing
+#: exported (hooksvc.devrun). SERVING_DIFFERS: what this process was given otherwise.
+SERVING_TAKEN = {} if PRODUCTION else devrun.adopt(DATA_DIR, os.environ)
+SERVING_DIFFERS = [] if PRODUCTION else devrun.differences(DATA_DIR, os.environ)
 
 #: How an operator runs manage.py where hooksvc runs, as the commands hooksvc suggests
 #: print it: the image's Python is on PATH (its WORKDIR holds manage.py); a checkout's is
@@ -61,8 +66,20 @@ def _secret_key() -> str:
     path = DATA_DIR / "secret_key"
     if not path.exists():
         DATA_DIR.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        # 0600 from its creation (a chmod after would leave a moment it is readable), written
+        # aside and linked into place: a process starting beside this one reads a whole key,
+        # and the first to link wins.
+        partial = DATA_DIR / f".secret_key.{os.getpid()}"
+        partial.unlink(missing_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(50))
+        try:
+            os.link(partial, path)
+        except FileExistsError:
+            pass
+        finally:
+            partial.unlink()
     return path.read_text().strip()
 
 
@@ -115,10 +132,7 @@ TEMPLATES = [
     },
 ]
 
-#: What a `make run` serving from DATA_DIR was started with: a manage.py beside it uses the
-#: same database and broker with nothing exported (hooksvc.devrun).
-_SERVING = {} if PRODUCTION else devrun.environment(DATA_DIR)
-_DATABASE_URL = os.environ.get("DATABASE_URL", "") or _SERVING.get("DATABASE_URL", "")
+_DATABASE_URL = os.environ.get("DATABASE_URL", "")
 for _required in ("DATABASE_URL", "CELERY_BROKER_URL"):  # unset: `make run`'s local servers
     if PRODUCTION and not os.environ.get(_required):
         raise RuntimeError(f"{_required} must be set when HOOKSVC_ENV=production")
@@ -144,6 +158,10 @@ OIDC_CLIENT_SECRET = os.environ.get("HOOKSVC_OIDC_CLIENT_SECRET", "")
 OIDC_SCOPES = os.environ.get("HOOKSVC_OIDC_SCOPES", "").split() or ["openid", "email", "profile"]
 OIDC_GROUPS_CLAIM = os.environ.get("HOOKSVC_OIDC_GROUPS_CLAIM", "").strip() or "groups"
 OIDC_CA_FILE = os.environ.get("HOOKSVC_OIDC_CA_FILE", "")
+#: The provider as the sign-in button names it: "Sign in with <this>".
+OIDC_DISPLAY_NAME = os.environ.get("HOOKSVC_OIDC_DISPLAY_NAME", "").strip() or "single sign-on"
+#: Take the e-mail claim without `email_verified` (workflows.operators.identities.verified_email).
+OIDC_TRUST_UNVERIFIED_EMAIL = os.environ.get("HOOKSVC_OIDC_TRUST_UNVERIFIED_EMAIL", "") == "1"
 if OIDC_ISSUER:
     if not OIDC_ISSUER.startswith("https://"):
         raise RuntimeError(f"HOOKSVC_OIDC_ISSUER must be an https:// URL, got {OIDC_ISSUER!r}")
@@ -223,7 +241,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["workflows.api.auth.SignedIn"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["workflows.api.parsing.JSONParser"],
+    "DEFAULT_METADATA_CLASS": "workflows.api.parsing.Metadata",
     "DEFAULT_THROTTLE_CLASSES": ["workflows.api.throttling.PerCaller"],
     "DEFAULT_THROTTLE_RATES": {"caller": API_RATE},
     "DEFAULT_PAGINATION_CLASS": "workflows.api.paging.Pages",
@@ -268,11 +287,7 @@ if os.environ.get("CELERY_BROKER_URL", "").startswith(("redis://", "rediss://"))
 # Celery: PostgreSQL is the source of truth, the broker only carries wake-ups. Redis in
 # production and in `make run` alike (its local one: hooksvc.devbroker), for the same
 # transport's semantics: late acknowledgement, redelivery, the worker's own countdowns.
-CELERY_BROKER_URL = (
-    os.environ.get("CELERY_BROKER_URL", "")
-    or _SERVING.get("CELERY_BROKER_URL", "")
-    or devbroker.url(DATA_DIR)
-)
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "") or devbroker.url(DATA_DIR)
 # A delivered-but-unacknowledged message comes back after this long; the reconciler usually
 # re-enqueues lost work much sooner.
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": 3600}
@@ -341,6 +356,10 @@ TLS_CLIENT_AUTH = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"
 HOOKS_PATH_PREFIX = os.environ.get("HOOKSVC_PATH_PREFIX", "").strip("/")
 #: Per-hook overrides of the discovery entries, as JSON (validated at startup).
 HOOKS_HANDLERS = os.environ.get("HOOKSVC_HANDLERS", "")
+#: Optional hook families served beside the lifecycle hooks (hooksvc.contract.handlers):
+#: `InPlaceUpdates`, `UpgradePlan`; none by default (CAPI lets one extension register for
+#: the in-place hooks).
+OPTIONAL_HOOKS = os.environ.get("HOOKSVC_OPTIONAL_HOOKS", "")
 
 #: How late a wake-up must be before the reconciler re-enqueues it (countdowns go first).
 RECONCILE_GRACE_SECONDS = _number("HOOKSVC_RECONCILE_GRACE_SECONDS", 30)
@@ -369,6 +388,13 @@ STEP_LOST_ATTEMPTS = max(1, int(_number("HOOKSVC_STEP_LOST_ATTEMPTS", 3)))
 #: (workflows.engine.lifecycle.needs_countdown).
 POLL_BATCH_MIN_WAIT_SECONDS = _number("HOOKSVC_POLL_BATCH_MIN_WAIT_SECONDS", 5, zero=True)
 
+#: The environment variables an `http` step's headersFromEnv may send (workflows.steps.http);
+#: any other is refused when a template is validated and when the step runs.
+HTTP_ENV_ALLOWLIST = frozenset(
+    name.strip()
+    for name in os.environ.get("HOOKSVC_HTTP_ENV_ALLOWLIST", "").split(",")
+    if name.strip()
+)
 #: Modules imported at startup so that their @step_type registrations exist.
 STEP_MODULES = [m for m in os.environ.get("HOOKSVC_STEP_MODULES", "").split(",") if m]
 #: The management cluster's kubeconfig when not running in a Pod (workflows.kube.k8s reads it per

@@ -1,5 +1,7 @@
 """docs/upstream.md stays true: a contract table for every step type and controller, and
-every test a row names exists.
+every test a row names exists; every constant that copies an upstream value is recorded with
+the file and tag or commit it was read at, and equals the record; every built-in step type
+has a fresh reading (issue 33).
 
 The built-in step types are those `workflows.steps.builtin` registers (what the registry
 holds with `HOOKSVC_STEP_MODULES` empty); the controllers are the Kubernetes API client,
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import re
+from typing import Any
 
 from tests.support.servers import ROOT
 from workflows.steps import builtin, registry
@@ -29,6 +33,23 @@ TEST_REF = re.compile(r"(tests/[\w/]+\.py)::([\w:]+)(?:\[[^\]]*\])?")
 #: Paths in this repository (its top-level folders); upstream projects' paths are not checked.
 TOPS = "hooksvc|workflows|tests|docs|k8s|bench|scripts"
 REPO_PATH = re.compile(rf"`((?:{TOPS})/[\w./-]*)(?:::[^`]*)?`")
+RECORDED = re.compile(r"^- Recorded `(?P<name>[\w.]+)` from (?P<source>.+?) = `(?P<value>[^`]*)`$")
+#: A tag (v1.18.1) or a commit (7 hex digits or more): what "read at" means.
+PIN = re.compile(r"\bv\d+\.\d+\.\d+\b|\b[0-9a-f]{7,40}\b")
+FRESH = re.compile(r"^Fresh reading (?P<date>\d{4}-\d{2}-\d{2}) at (?P<at>.+?): (?P<checked>.+)$")
+#: Constants that copy an upstream value and must be recorded (more may be).
+MUST_RECORD = {
+    "workflows.steps.addon_install.INSTALL_ORDER",
+    "workflows.steps.helm.PENDING",
+    "workflows.steps.rollout.DEADLINE_EXCEEDED",
+    "workflows.steps.velero_backups.FINAL",
+    "workflows.steps.velero_volumes.EXCLUDE_LABEL",
+    "workflows.steps.namespace_patterns.WILDCARDS",
+    "workflows.steps.namespace_patterns.UNSUPPORTED",
+    "workflows.steps.csi_snapshots.DEFAULT_CLASS",
+    "workflows.steps.k8s_job.CONDITIONS",
+    "workflows.steps.pods.WAITING",
+}
 
 
 def sections() -> dict[str, str]:
@@ -137,3 +158,95 @@ def test_the_checks_find_what_they_look_for() -> None:
     assert name not in collected(path)
     assert "test_every_test_a_row_names_exists" in collected(path)
     assert not TEST_REF.search("| - |")
+
+
+def recorded() -> dict[str, tuple[str, str]]:
+    """`module.NAME` -> (where it was read, the value as read), from the Recorded lines."""
+    found: dict[str, tuple[str, str]] = {}
+    for line in DOC.read_text().splitlines():
+        if line.startswith("- Recorded"):
+            match = RECORDED.match(line)
+            assert match, f"docs/upstream.md: a Recorded line not of the form: {line[:80]!r}"
+            found[match["name"]] = (match["source"], match["value"])
+    return found
+
+
+def as_recorded(value: Any) -> str:
+    """The project's constant written as the page records values."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return ", ".join(str(key) for key in value)
+    if isinstance(value, set | frozenset):
+        return ", ".join(sorted(str(item) for item in value))
+    return ", ".join(str(item) for item in value)
+
+
+def test_every_recorded_value_is_the_projects_copy() -> None:
+    """A constant that copies an upstream value equals what the page says was read there,
+    and names the tag or commit it was read at: changing either side without reading the
+    source again fails here (helm's InstallOrder grew PriorityClass unnoticed, issue 33)."""
+    records = recorded()
+    missing = sorted(MUST_RECORD - set(records))
+    assert not missing, f"record these in docs/upstream.md: {missing}"
+    problems = []
+    for name, (source, value) in sorted(records.items()):
+        module, _, attr = name.rpartition(".")
+        copy = as_recorded(getattr(importlib.import_module(module), attr))
+        if copy != value:
+            problems.append(f"{name} is {copy!r}; upstream, as recorded: {value!r}")
+        if not PIN.search(source):
+            problems.append(f"{name}: the source names no tag or commit: {source!r}")
+    assert not problems, "docs/upstream.md:\n" + "\n".join(problems)
+
+
+def test_every_builtin_step_type_has_a_fresh_reading() -> None:
+    """Each step type's section says when it was last read again against upstream and the
+    failure-case table, at which commits, and what was checked."""
+    headings = sections()
+    problems = []
+    for name in builtin_step_types():
+        body = headings.get(f"Step type `{name}`", "")
+        lines = [FRESH.match(line) for line in body.splitlines() if line.startswith("Fresh")]
+        readings = [match for match in lines if match]
+        if not readings or len(readings) != len(lines):
+            problems.append(f"{name}: no line 'Fresh reading <YYYY-MM-DD> at <...>: <checked>'")
+            continue
+        for reading in readings:
+            if not PIN.search(reading["at"]) and "no upstream" not in reading["at"]:
+                problems.append(f"{name}: the reading names no commit or tag ('no upstream')")
+    assert not problems, "docs/upstream.md:\n" + "\n".join(problems)
+
+
+#: Sections read against an unpinned "master": pin each at its next reading, then drop it.
+UNPINNED = {"The resource controller (`workflows/controllers/resources.py`)"}
+
+
+def test_every_row_says_at_which_tag_or_commit_its_upstream_was_read() -> None:
+    """A row's upstream names a tag or a commit, in its own cell or in its section's
+    introduction ("Read in ..."): "master" does not say what was read."""
+    problems = []
+    for heading, body in sections().items():
+        if heading in UNPINNED:
+            continue
+        introduction = body.split("\n|", 1)[0]
+        if PIN.search(introduction):
+            continue
+        problems += [
+            f"{heading}: {row[0][:60]!r}"
+            for row in table(body)[1:]
+            if len(row) == len(COLUMNS) and row[1] != "-" and not PIN.search(row[1])
+        ]
+    assert not problems, "docs/upstream.md, rows read at no tag or commit:\n" + "\n".join(problems)
+
+
+def test_the_recorded_value_check_finds_a_difference() -> None:
+    line = "- Recorded `a.B` from helm v4.1.4 `x.go` `InstallOrder` = `PriorityClass, Namespace`"
+    match = RECORDED.match(line)
+    assert match and match["value"] == "PriorityClass, Namespace"
+    assert as_recorded(("Namespace",)) != match["value"]
+    assert as_recorded({"Complete": "succeeded", "Failed": "failed"}) == "Complete, Failed"
+    assert PIN.search("velero v1.18.1 (26ef8fa7df68)") and not PIN.search("kubernetes master")
+    reading = FRESH.match("Fresh reading 2026-11-28 at helm v4.1.4 (05fa3797): InstallOrder.")
+    assert reading and reading["at"] == "helm v4.1.4 (05fa3797)"
+    assert not FRESH.match("Fresh reading soon: nothing")

@@ -13,9 +13,12 @@ from django.db import models
 from hooksvc.contract import catalog
 
 # Defined apart for this module's size; imported here, it is one of the app's models.
+from workflows.policy_model import Policy  # noqa: F401
 from workflows.rollout_actions import RolloutAction  # noqa: F401
 
 HOOK_CHOICES = [(name, name) for name in catalog.HOOKS]
+#: A hook call's record may be of an optional hook too.
+CALL_HOOK_CHOICES = [(name, name) for name in catalog.ALL_HOOKS]
 #: What templates and runs name: the hooks, and hooksvc's own moments (ClusterDeleted).
 MOMENT_CHOICES = [(name, name) for name in catalog.MOMENTS]
 
@@ -184,7 +187,7 @@ class StepRun(models.Model):
     #: Its error budget: a temporary error fails the step only when more than `retries`
     #: attempts failed in a row AND the streak has lasted `retry_for_seconds`.
     retries = models.PositiveSmallIntegerField(default=0)
-    retry_for_seconds = models.PositiveIntegerField(default=0)
+    retry_for_seconds = models.PositiveIntegerField(default=0, db_default=0)
     #: Only a person ends this step's waiting (its type's StepType.waits_for_person when the
     #: run started): the hook path and the display states read it in SQL, without loading
     #: the step types (the web process does not import them).
@@ -199,7 +202,9 @@ class StepRun(models.Model):
     progress_at = models.DateTimeField(null=True, blank=True, editable=False)
     #: A digest of what it reported at progress_at, so that a poll after an error that
     #: reports the same as before the error is no progress (the same trigger writes it).
-    progress_mark = models.CharField(max_length=32, blank=True, default="", editable=False)
+    progress_mark = models.CharField(
+        max_length=32, blank=True, default="", db_default="", editable=False
+    )
     #: When the current stall was announced (a Warning Event on the Cluster); a stall is new
     #: when the step made progress since.
     stall_noticed_at = models.DateTimeField(null=True, blank=True)
@@ -309,8 +314,8 @@ class RunEvent(models.Model):
     actor = models.CharField(max_length=150, blank=True)
     #: For an action by someone who signed in through the identity provider: its `sub` and
     #: `email` claims (workflows.operators.identities), "" otherwise.
-    actor_subject = models.CharField(max_length=255, blank=True)
-    actor_email = models.CharField(max_length=254, blank=True)
+    actor_subject = models.CharField(max_length=255, blank=True, default="", db_default="")
+    actor_email = models.CharField(max_length=254, blank=True, default="", db_default="")
     reason = models.CharField(max_length=500, blank=True)
     message = models.CharField(max_length=500, blank=True)
     at = models.DateTimeField(auto_now_add=True)
@@ -334,7 +339,7 @@ class HookCall(models.Model):
     """One hook call CAPI made and the answer it got; kept HOOK_CALL_RETENTION_DAYS days."""
 
     at = models.DateTimeField(auto_now_add=True)
-    hook = models.CharField(max_length=64, choices=HOOK_CHOICES)
+    hook = models.CharField(max_length=64, choices=CALL_HOOK_CHOICES)
     handler = models.CharField(max_length=63)
     cluster_key = models.CharField(max_length=320)
     cluster_namespace = models.CharField(max_length=253)
@@ -373,16 +378,16 @@ class Bypass(models.Model):
     selector = models.CharField(max_length=500, blank=True)
     actor = models.CharField(max_length=150)
     #: The identity provider's subject and e-mail of who opened it ("" for a local account).
-    actor_subject = models.CharField(max_length=255, blank=True)
-    actor_email = models.CharField(max_length=254, blank=True)
+    actor_subject = models.CharField(max_length=255, blank=True, default="", db_default="")
+    actor_email = models.CharField(max_length=254, blank=True, default="", db_default="")
     reason = models.CharField(max_length=200)
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     #: Set when an operator ended it before it expired.
     ended_at = models.DateTimeField(null=True, blank=True)
     ended_by = models.CharField(max_length=150, blank=True)
-    ended_by_subject = models.CharField(max_length=255, blank=True)
-    ended_by_email = models.CharField(max_length=254, blank=True)
+    ended_by_subject = models.CharField(max_length=255, blank=True, default="", db_default="")
+    ended_by_email = models.CharField(max_length=254, blank=True, default="", db_default="")
     end_reason = models.CharField(max_length=200, blank=True)
 
     class Meta:

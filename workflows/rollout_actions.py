@@ -23,7 +23,8 @@ class RolloutAction(models.Model):
 
     version = models.CharField(max_length=64)
     kind = models.CharField(max_length=8, choices=Kind.choices)
-    #: resume: the ids of the failed canary runs it set aside.
+    #: resume: the ids of the failed canary runs it set aside; abandon: the runs whose
+    #: gates it failed.
     runs: Any = models.JSONField(default=list, blank=True)
     actor = models.CharField(max_length=150)
     actor_subject = models.CharField(max_length=255, blank=True)

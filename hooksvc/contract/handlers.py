@@ -3,6 +3,8 @@
 HOOKSVC_HANDLERS holds JSON overrides keyed by hook name, for example
 `{"BeforeClusterUpgrade": {"name": "backup", "timeoutSeconds": 5, "failurePolicy": "Fail"}}`.
 The rules are those Cluster API applies to a DiscoveryResponse, checked at startup.
+HOOKSVC_OPTIONAL_HOOKS names the optional families served beside the lifecycle hooks
+(`InPlaceUpdates`, `UpgradePlan`: catalog.OPTIONAL_FAMILIES), comma-separated.
 """
 
 from __future__ import annotations
@@ -49,19 +51,41 @@ class Handler:
         }
 
 
-def build(overrides_json: str) -> tuple[Handler, ...]:
-    """Return the handlers for the nine hooks with `overrides_json` applied."""
+def families(optional: str) -> tuple[str, ...]:
+    """The optional families HOOKSVC_OPTIONAL_HOOKS turns on, checked."""
+    names = tuple(dict.fromkeys(n.strip() for n in optional.split(",") if n.strip()))
+    for name in names:
+        if name not in catalog.OPTIONAL_FAMILIES:
+            raise ConfigurationError(
+                f"HOOKSVC_OPTIONAL_HOOKS: unknown family {name!r};"
+                f" one of: {', '.join(catalog.OPTIONAL_FAMILIES)}"
+            )
+    return names
+
+
+def build(overrides_json: str, optional: str = "") -> tuple[Handler, ...]:
+    """Return the handlers for the nine lifecycle hooks and the optional families turned
+    on, with `overrides_json` applied."""
+    served = families(optional)
     try:
         overrides = json.loads(overrides_json) if overrides_json.strip() else {}
     except json.JSONDecodeError as exc:
         raise ConfigurationError(f"HOOKSVC_HANDLERS is not valid JSON: {exc}") from exc
     if not isinstance(overrides, dict):
         raise ConfigurationError("HOOKSVC_HANDLERS must be a JSON object keyed by hook name")
-    unknown = sorted(set(overrides) - set(catalog.HOOKS))
+    unknown = sorted(set(overrides) - set(catalog.ALL_HOOKS))
     if unknown:
         raise ConfigurationError(f"HOOKSVC_HANDLERS: unknown hook {unknown[0]!r}")
+    hooks = [h for h in catalog.ALL_HOOKS.values() if not h.optional or h.family in served]
+    unserved = sorted(set(overrides) - {h.name for h in hooks})
+    if unserved:
+        family = catalog.ALL_HOOKS[unserved[0]].family
+        raise ConfigurationError(
+            f"HOOKSVC_HANDLERS: hook {unserved[0]!r} is not served;"
+            f" add {family} to HOOKSVC_OPTIONAL_HOOKS"
+        )
     handlers = []
-    for hook in catalog.HOOKS.values():
+    for hook in hooks:
         handlers.append(_handler(hook, overrides.get(hook.name, {})))
     names = [h.name for h in handlers]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -95,13 +119,13 @@ def _handler(hook: catalog.Hook, override: object) -> Handler:
 
 
 @functools.cache
-def _configured(overrides_json: str) -> tuple[Handler, ...]:
-    return build(overrides_json)
+def _configured(overrides_json: str, optional: str) -> tuple[Handler, ...]:
+    return build(overrides_json, optional)
 
 
 def configured() -> tuple[Handler, ...]:
-    """The handlers of this process, from settings.HOOKS_HANDLERS."""
-    return _configured(settings.HOOKS_HANDLERS)
+    """The handlers of this process, from settings.HOOKS_HANDLERS and OPTIONAL_HOOKS."""
+    return _configured(settings.HOOKS_HANDLERS, settings.OPTIONAL_HOOKS)
 
 
 def lookup(path_segment: str, name: str) -> Handler | None:

@@ -102,7 +102,7 @@ def _common_schemas() -> dict[str, Any]:
                     "required": ["apiVersion", "hook"],
                     "properties": {
                         "apiVersion": _STRING,
-                        "hook": {"type": "string", "enum": list(catalog.HOOKS)},
+                        "hook": {"type": "string", "enum": list(catalog.ALL_HOOKS)},
                     },
                 },
                 "timeoutSeconds": {"type": "integer", "minimum": 0, "maximum": 30},
@@ -112,7 +112,99 @@ def _common_schemas() -> dict[str, Any]:
     }
 
 
+def _object_schema(description: str, kind: str = "") -> dict[str, Any]:
+    metadata = {
+        "type": "object",
+        "required": ["name", "namespace"],
+        "properties": {
+            "name": {**_NON_EMPTY, "maxLength": wire.MAX_NAME},
+            "namespace": {**_NON_EMPTY, "maxLength": wire.MAX_NAMESPACE},
+            "labels": _STRING_MAP,
+            "annotations": _STRING_MAP,
+        },
+    }
+    properties: dict[str, Any] = {
+        "apiVersion": _STRING,
+        "kind": {"type": "string", "enum": [kind]} if kind else _STRING,
+        "metadata": metadata,
+        "spec": {"type": "object"},
+    }
+    return {
+        "type": "object",
+        "description": description,
+        "required": ["metadata"],
+        "properties": properties,
+    }
+
+
+#: The optional hooks' request objects: (owner key, kind, infrastructure key, bootstrap key).
+_OBJECTS = {
+    "CanUpdateMachine": ("machine", "Machine", "infrastructureMachine", "bootstrapConfig"),
+    "UpdateMachine": ("machine", "Machine", "infrastructureMachine", "bootstrapConfig"),
+    "CanUpdateMachineSet": (
+        "machineSet",
+        "MachineSet",
+        "infrastructureMachineTemplate",
+        "bootstrapConfigTemplate",
+    ),
+}
+_PATCH = {
+    "type": "object",
+    "required": ["patchType", "patch"],
+    "properties": {
+        "patchType": {"type": "string", "enum": ["JSONPatch", "JSONMergePatch"]},
+        # A Go []byte: base64 on the wire.
+        "patch": {"type": "string", "format": "byte"},
+    },
+}
+_PATCHES = {
+    "CanUpdateMachine": ("machinePatch", "infrastructureMachinePatch", "bootstrapConfigPatch"),
+    "CanUpdateMachineSet": (
+        "machineSetPatch",
+        "infrastructureMachineTemplatePatch",
+        "bootstrapConfigTemplatePatch",
+    ),
+}
+
+
+def _optional_request(hook: catalog.Hook) -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        **_type_meta(catalog.API_VERSION, hook.request_kind),
+        "settings": _STRING_MAP,
+    }
+    if hook.name == "GenerateUpgradePlan":
+        version = {**_NON_EMPTY, **_VERSION}
+        properties.update(
+            cluster=_ref("Cluster"),
+            fromControlPlaneKubernetesVersion=version,
+            fromWorkersKubernetesVersion=_VERSION,
+            toKubernetesVersion=version,
+        )
+        required = ["cluster", "fromControlPlaneKubernetesVersion", "toKubernetesVersion"]
+    else:
+        owner, kind, infra, bootstrap = _OBJECTS[hook.name]
+        objects = {
+            "type": "object",
+            "required": [owner, infra],
+            "properties": {
+                owner: _object_schema(f"A cluster.x-k8s.io {kind}: metadata and spec.", kind),
+                infra: _object_schema("The provider's object: metadata and spec."),
+                bootstrap: _object_schema("The bootstrap provider's object, if any."),
+            },
+        }
+        groups = ["desired"] if hook.name == "UpdateMachine" else ["current", "desired"]
+        properties.update({g: objects for g in groups})
+        required = groups
+    return {
+        "type": "object",
+        "required": ["apiVersion", "kind", *required],
+        "properties": properties,
+    }
+
+
 def _request_schema(hook: catalog.Hook) -> dict[str, Any]:
+    if hook.optional:
+        return _optional_request(hook)
     properties: dict[str, Any] = {
         **_type_meta(catalog.API_VERSION, hook.request_kind),
         "cluster": _ref("Cluster"),
@@ -145,6 +237,11 @@ def _response_schema(hook: catalog.Hook) -> dict[str, Any]:
             "maximum": catalog.MAX_RETRY_AFTER_SECONDS,
         }
         required.append("retryAfterSeconds")
+    for name in _PATCHES.get(hook.name, ()):
+        properties[name] = _PATCH
+    if hook.name == "GenerateUpgradePlan":
+        plan = {"type": "array", "items": _ref("UpgradeStep")}
+        properties.update(controlPlaneUpgrades=plan, workersUpgrades=plan)
     return {
         "type": "object",
         "required": required,

@@ -70,9 +70,13 @@ class HookCall:
     version: str = ""
     control_plane_upgrades: tuple[str, ...] = ()
     workers_upgrades: tuple[str, ...] = ()
+    #: UpdateMachine: the Machine's name and desired-spec digest (its moment), and what
+    #: the run's steps see of it (hooksvc.contract.machines.update_call).
+    update_moment: str = ""
+    machine: dict[str, Any] | None = None
 
 
-def _excerpt(value: object) -> str:
+def excerpt(value: object) -> str:
     text = value if isinstance(value, str) else json.dumps(value)[:80]
     return json.dumps(text[:64] + ("..." if len(text) > 64 else ""))
 
@@ -84,7 +88,7 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise BadRequest(f"request body has the key {_excerpt(key)} twice")
+                raise BadRequest(f"request body has the key {excerpt(key)} twice")
             seen.add(key)
     return obj
 
@@ -116,6 +120,11 @@ def decode(body: bytes) -> dict[str, Any]:
         ) from None
     except RecursionError:
         raise BadRequest(f"request body is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError:
+        # int() refuses a literal of more than sys.get_int_max_str_digits() digits (4300 by
+        # default, CPython's CVE-2020-10735 limit): json.loads raises ValueError, not
+        # JSONDecodeError, for it.
+        raise BadRequest("request body holds a number with too many digits") from None
     # Nesting is at most the number of brackets: most bodies need no walk (a C count).
     if body.count(b"{") + body.count(b"[") > MAX_DEPTH:
         _check_depth(data)
@@ -134,7 +143,7 @@ def _check_text(text: str, where: str) -> None:
         raise BadRequest(f"{where} must be valid Unicode") from None
 
 
-def _get(
+def field(
     obj: dict[str, Any],
     key: str,
     kind: type,
@@ -162,15 +171,15 @@ def _get(
 _KIND_NAMES: dict[type, str] = {str: "a string", dict: "an object", list: "an array"}
 
 
-def _string_map(obj: dict[str, Any], key: str, where: str) -> dict[str, str]:
-    value: dict[str, Any] = _get(obj, key, dict, where)
+def string_map(obj: dict[str, Any], key: str, where: str) -> dict[str, str]:
+    value: dict[str, Any] = field(obj, key, dict, where)
     for k, v in value.items():
         _check_text(k, f"a key of {where}{key}")
         # The key is echoed in the message: cut it, CAPI copies messages into conditions.
-        field = f"{where}{key}.{k[:64]}{'...' if len(k) > 64 else ''}"
+        named = f"{where}{key}.{k[:64]}{'...' if len(k) > 64 else ''}"
         if not isinstance(v, str):
-            raise BadRequest(f"{field} must be a string")
-        _check_text(v, field)
+            raise BadRequest(f"{named} must be a string")
+        _check_text(v, named)
     return value
 
 
@@ -179,10 +188,10 @@ def check_type_meta(data: dict[str, Any], kind: str) -> None:
     api_version = data.get("apiVersion")
     if api_version != catalog.API_VERSION:
         raise BadRequest(
-            f"apiVersion must be {catalog.API_VERSION!r}, got {_excerpt(api_version or '')}"
+            f"apiVersion must be {catalog.API_VERSION!r}, got {excerpt(api_version or '')}"
         )
     if data.get("kind") != kind:
-        raise BadRequest(f"kind must be {kind!r}, got {_excerpt(data.get('kind') or '')}")
+        raise BadRequest(f"kind must be {kind!r}, got {excerpt(data.get('kind') or '')}")
 
 
 def parse_cluster(value: object) -> Cluster:
@@ -190,41 +199,41 @@ def parse_cluster(value: object) -> Cluster:
         raise BadRequest("cluster is required")
     if not isinstance(value, dict):
         raise BadRequest("cluster must be an object")
-    api_version = _get(value, "apiVersion", str, "cluster.")
+    api_version = field(value, "apiVersion", str, "cluster.")
     if api_version and api_version.split("/")[0] != _CLUSTER_GROUP:
         raise BadRequest(f"cluster.apiVersion must be in group {_CLUSTER_GROUP}")
-    kind = _get(value, "kind", str, "cluster.")
+    kind = field(value, "kind", str, "cluster.")
     if kind and kind != "Cluster":
-        raise BadRequest(f"cluster.kind must be 'Cluster', got {_excerpt(kind)}")
-    meta = _get(value, "metadata", dict, "cluster.", required=True)
-    spec = _get(value, "spec", dict, "cluster.")
-    topology = _get(spec, "topology", dict, "cluster.spec.")
-    class_ref = _get(topology, "classRef", dict, "cluster.spec.topology.")
+        raise BadRequest(f"cluster.kind must be 'Cluster', got {excerpt(kind)}")
+    meta = field(value, "metadata", dict, "cluster.", required=True)
+    spec = field(value, "spec", dict, "cluster.")
+    topology = field(spec, "topology", dict, "cluster.spec.")
+    class_ref = field(topology, "classRef", dict, "cluster.spec.topology.")
     where = "cluster.spec.topology."
     return Cluster(
-        name=_get(meta, "name", str, "cluster.metadata.", required=True, max_length=MAX_NAME),
-        namespace=_get(
+        name=field(meta, "name", str, "cluster.metadata.", required=True, max_length=MAX_NAME),
+        namespace=field(
             meta, "namespace", str, "cluster.metadata.", required=True, max_length=MAX_NAMESPACE
         ),
-        uid=_get(meta, "uid", str, "cluster.metadata.", max_length=MAX_UID),
-        labels=_string_map(meta, "labels", "cluster.metadata."),
-        annotations=_string_map(meta, "annotations", "cluster.metadata."),
-        deletion_timestamp=_get(meta, "deletionTimestamp", str, "cluster.metadata."),
-        topology_version=_get(topology, "version", str, where),
-        class_name=_get(class_ref, "name", str, where + "classRef.")
-        or _get(topology, "class", str, where),
-        class_namespace=_get(class_ref, "namespace", str, where + "classRef.")
-        or _get(topology, "classNamespace", str, where),
+        uid=field(meta, "uid", str, "cluster.metadata.", max_length=MAX_UID),
+        labels=string_map(meta, "labels", "cluster.metadata."),
+        annotations=string_map(meta, "annotations", "cluster.metadata."),
+        deletion_timestamp=field(meta, "deletionTimestamp", str, "cluster.metadata."),
+        topology_version=field(topology, "version", str, where),
+        class_name=field(class_ref, "name", str, where + "classRef.")
+        or field(topology, "class", str, where),
+        class_namespace=field(class_ref, "namespace", str, where + "classRef.")
+        or field(topology, "classNamespace", str, where),
     )
 
 
 def _upgrade_plan(data: dict[str, Any], key: str) -> tuple[str, ...]:
-    steps: list[Any] = _get(data, key, list, "")
+    steps: list[Any] = field(data, key, list, "")
     versions = []
     for i, step in enumerate(steps):
         if not isinstance(step, dict):
             raise BadRequest(f"{key}[{i}] must be an object")
-        versions.append(_get(step, "version", str, f"{key}[{i}].", max_length=MAX_VERSION))
+        versions.append(field(step, "version", str, f"{key}[{i}].", max_length=MAX_VERSION))
     return tuple(versions)
 
 
@@ -233,12 +242,12 @@ def parse_hook_call(hook: catalog.Hook, body: bytes) -> HookCall:
     data = decode(body)
     check_type_meta(data, hook.request_kind)
     versions = {
-        f: _get(data, f, str, "", required=True, max_length=MAX_VERSION)
+        f: field(data, f, str, "", required=True, max_length=MAX_VERSION)
         for f in hook.version_fields
     }
     return HookCall(
         hook=hook,
-        settings=_string_map(data, "settings", ""),
+        settings=string_map(data, "settings", ""),
         cluster=parse_cluster(data.get("cluster")),
         from_version=versions.get("fromKubernetesVersion", ""),
         to_version=versions.get("toKubernetesVersion", ""),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 from pathlib import Path
 
 from cryptography import x509
@@ -111,9 +112,13 @@ def key_pem(key: Key) -> bytes:
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
+    """`data` into `path` with `mode` from the file's creation (a key is never readable by
+    others, not even between a write and a chmod), replacing it whole."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(data)
-    tmp.chmod(mode)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
     tmp.replace(path)
 
 

@@ -8,7 +8,9 @@ ExtensionConfig needs (the CA bundle and handler names), the admin's address and
 user; then runs gunicorn (HTTPS), a Celery worker with an embedded beat and the local broker
 under a supervisor (hooksvc.serving.supervise) that starts again whichever dies, until SIGTERM
 or Ctrl-C; then stops them, then the local PostgreSQL. With DATABASE_URL and CELERY_BROKER_URL
-set, the same command runs against those servers.
+set, the same command runs against those servers. With HOOKSVC_DEV_SIGNIN=1 (`make
+run-signin`) it starts a local OpenID Connect provider with sample people first
+(hooksvc.serving.devsignin).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 
 from hooksvc import devbroker, devdb, devrun
-from hooksvc.serving import supervise
+from hooksvc.serving import devsignin, supervise
 
 _CREATE_HINT = (
     "create one with `.venv/bin/python manage.py createsuperuser` in another shell while"
@@ -92,6 +94,7 @@ def main() -> int:
         return 1
     local = None if exported.get("DATABASE_URL") else devdb.Server(data_dir)
     broker = None if exported.get("CELERY_BROKER_URL") else devbroker.Server(data_dir)
+    signin: devsignin.Provider | None = None
     try:
         if local is not None:
             print(f"Starting the local PostgreSQL in {local.home} ...", flush=True)
@@ -103,15 +106,24 @@ def main() -> int:
         if broker is not None:
             broker.start()
             print(f"Local broker ready (Redis on {broker.socket}; stopped when make run stops).")
+        if devsignin.wanted(exported):
+            _certificates()
+            signin, given = devsignin.start(data_dir, settings.TLS_DIR, exported)
+            # The web processes get it, and the record tells the manage.py beside them.
+            os.environ.update(given)
+            exported.update(given)
+            print(devsignin.banner(signin), flush=True)
         devrun.write(data_dir, exported, os.getpid())
         try:
             return _serve(broker)
         finally:
             devrun.clear(data_dir, os.getpid())
-    except (devdb.Error, devbroker.Error) as exc:
+    except (devdb.Error, devbroker.Error, devsignin.Error) as exc:
         print(f"make run: {exc}", file=sys.stderr)
         return 1
     finally:
+        if signin is not None:
+            signin.stop()
         # After gunicorn and the worker (stopped by _serve): they use both.
         if broker is not None:
             broker.stop(timeout=BROKER_STOP_SECONDS)
@@ -124,11 +136,9 @@ def _serve(broker: devbroker.Server | None) -> int:
     from django.core.management import call_command
 
     from hooksvc.contract import handlers
-    from hooksvc.serving import devcerts
 
     tls_dir = settings.TLS_DIR
-    hosts = tuple(h for h in os.environ.get("HOOKSVC_DEV_CERT_HOSTS", "").split(",") if h)
-    devcerts.ensure(tls_dir, hosts=hosts + devcerts.DEFAULT_HOSTS)
+    _certificates()
     call_command("migrate", interactive=False, verbosity=0)
 
     ca_bundle = base64.b64encode((tls_dir / "ca.crt").read_bytes()).decode()
@@ -151,7 +161,13 @@ def _serve(broker: devbroker.Server | None) -> int:
     sys.stdout.flush()
 
     python = sys.executable
-    env = {**os.environ, "HOOKSVC_BIND": bind, "CELERY_BROKER_URL": settings.CELERY_BROKER_URL}
+    env = {
+        **os.environ,
+        "HOOKSVC_BIND": bind,
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        # One server and no load balancer to drain towards: Ctrl-C stops it at once.
+        "HOOKSVC_WEB_DRAIN_SECONDS": os.environ.get("HOOKSVC_WEB_DRAIN_SECONDS", "0"),
+    }
     holding = "the hook keeps answering from PostgreSQL meanwhile"
     # Everything each process wrote; the terminal gets it with tracebacks folded.
     logs = Path(settings.DATA_DIR) / "log"
@@ -214,6 +230,15 @@ def _serve(broker: devbroker.Server | None) -> int:
         # what it had not acknowledged.
         supervisor.stop([web, worker], until=since + CHILD_STOP_SECONDS)
     return 0
+
+
+def _certificates() -> None:
+    from django.conf import settings
+
+    from hooksvc.serving import devcerts
+
+    hosts = tuple(h for h in os.environ.get("HOOKSVC_DEV_CERT_HOSTS", "").split(",") if h)
+    devcerts.ensure(settings.TLS_DIR, hosts=hosts + devcerts.DEFAULT_HOSTS)
 
 
 def _broker_child(broker: devbroker.Server, holding: str) -> supervise.Child:

@@ -27,7 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from hooksvc import multiproc
+from hooksvc import build, multiproc
 from hooksvc.contract import catalog
 
 logger = logging.getLogger(__name__)
@@ -231,6 +231,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         return response
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(multiproc.directory()))  # type: ignore[no-untyped-call]
+    registry.register(build.BuildInfo())
     registry.register(RunsCollector())
     registry.register(BypassesCollector())
     registry.register(StallsCollector())

@@ -1,7 +1,8 @@
 """`make run`'s terminal: its children's lines, with each traceback folded into one line.
 
 hooksvc.serving.supervise starts each child with its output on a pipe; `Relay` copies every
-line into the child's log file under HOOKSVC_DATA_DIR/log/ and passes it on to the terminal,
+line into the child's log file under HOOKSVC_DATA_DIR/log/ (0600, in a 0700 directory, query
+strings redacted) and passes it on to the terminal,
 except the lines of a Python traceback, which become one line naming the exception and where
 the whole traceback is. A crash says what happened in the line it logs ("Unrecoverable
 error: ...") and the supervisor's line after it; the frames are for the log file.
@@ -9,10 +10,13 @@ error: ...") and the supervisor's line after it; the frames are for the log file
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
+
+from hooksvc import logs
 
 _START = "Traceback (most recent call last):"
 #: Lines between the tracebacks of chained exceptions (traceback.py's _cause_message and
@@ -60,6 +64,16 @@ class Folder:
         self._lines, self._exception, self._after_exception = 0, "", False
 
 
+def open_log(path: Path) -> IO[str]:
+    """`path` opened to append, the operator's alone: the file 0600 from its creation (not
+    chmodded after), its directory 0700; files of earlier releases are narrowed."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "a", encoding="utf-8", errors="replace")
+
+
 class Relay:
     """Copies a child's output to its log file and, folded, to the terminal (one thread)."""
 
@@ -81,11 +95,11 @@ class Relay:
             self.terminal.flush()
 
     def _run(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         folder = Folder(self._say, where=str(self.log_path))
-        with self.log_path.open("a", encoding="utf-8", errors="replace") as log:
+        with open_log(self.log_path) as log:
             for raw in iter(self.stream.readline, b""):
-                line = raw.decode("utf-8", errors="replace")
+                # What a child prints unformatted (gunicorn's own lines) has no query either.
+                line = logs.redact_queries(raw.decode("utf-8", errors="replace"))
                 log.write(line)
                 log.flush()
                 folder.feed(line)

@@ -1,4 +1,5 @@
-"""The Runtime SDK endpoints: Discovery and the nine lifecycle hooks, as plain Django views.
+"""The Runtime SDK endpoints: Discovery, the nine lifecycle hooks and the optional hooks
+(in-place updates, upgrade plans) an operator turned on, as plain Django views.
 
 CAPI's rules shape this module: every answer to a well-formed path is HTTP 200 with the
 outcome in the body, because a non-200 falls under the handler's failurePolicy and
@@ -25,9 +26,9 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from hooksvc import metrics
-from hooksvc.contract import catalog, handlers, wire
+from hooksvc.contract import catalog, handlers, machines, wire
 from workflows import clock
-from workflows.hookpath import answers, hookcalls
+from workflows.hookpath import answers, hookcalls, optional
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,10 @@ def lifecycle_hook(request: HttpRequest, hook_segment: str, handler_name: str) -
     if handler is None:
         return _json({"detail": "no such hook handler"}, status=404)
     started = time.perf_counter()
-    body, headers = _answer(request, handler, started)
+    if handler.hook.optional:
+        body, headers = _answer_optional(request, handler, started)
+    else:
+        body, headers = _answer(request, handler, started)
     # Every answer is counted, rejected requests and outages too: a counter update only.
     metrics.hook_answered(
         hook=handler.hook.name,
@@ -195,6 +199,72 @@ def _answer(
 
 def _response(hook: catalog.Hook, answer: answers.Answer) -> catalog.HookResponse:
     return catalog.response(hook, answer.status, answer.message, answer.retry_after)
+
+
+def _answer_optional(
+    request: HttpRequest, handler: handlers.Handler, started: float
+) -> tuple[catalog.HookResponse, dict[str, str] | None]:
+    """An optional hook's answer (workflows.hookpath.optional), with the same rules as a
+    lifecycle hook's: HTTP 200, fixed messages, a blocking hook holds through an outage."""
+    hook = handler.hook
+    try:
+        call = machines.parse(hook, _read_body(request))
+    except wire.BadRequest as exc:
+        logger.info(
+            "hook request rejected",
+            extra={"action": "hook_rejected", "hook": hook.name, "reason": str(exc)},
+        )
+        headers = {"Connection": "close"} if _oversized(request) else None
+        return _response(hook, answers.refused(str(exc))), headers
+    key, namespace, cluster, moment = machines.record_fields(call)
+    where = {"hook": hook.name, "cluster": f"{namespace}/{cluster}", "moment": moment}
+    fields: dict[str, object] = {}
+    try:
+        answer, fields = optional.answer(call, handler_name=handler.name)
+    except DataError:
+        logger.warning(
+            "hook request has values the state store refused",
+            extra={"action": "hook_unstorable", **where},
+            exc_info=True,
+        )
+        answer = answers.UNSTORABLE
+    except DatabaseError:
+        logger.exception(
+            "state store unavailable during hook call", extra={"action": "hook_store_down", **where}
+        )
+        answer = answers.store_down(hook)
+    except Exception:
+        logger.exception("hook call failed", extra={"action": "hook_error", **where})
+        answer = answers.INTERNAL
+    latency_ms = round((time.perf_counter() - started) * 1000, 2)
+    try:
+        hookcalls.record_row(
+            hook=hook.name,
+            handler=handler.name,
+            cluster_key=key,
+            cluster_namespace=namespace,
+            cluster_name=cluster,
+            moment=moment,
+            status=answer.status,
+            message=answer.message,
+            retry_after=answer.retry_after if hook.blocking else None,
+            latency_ms=latency_ms,
+        )
+    except DatabaseError:
+        logger.warning("hook call not recorded", extra={"action": "hook_record_failed", **where})
+    logger.info(
+        "hook answered",
+        extra={
+            "action": "hook_answered",
+            **where,
+            "status": answer.status,
+            "retry_after": answer.retry_after,
+            "runs": list(answer.runs),
+            "duration_ms": latency_ms,
+        },
+    )
+    body = catalog.response(hook, answer.status, answer.message, answer.retry_after, fields)
+    return body, None
 
 
 def _answer_lingering(call: wire.HookCall, handler_name: str) -> tuple[answers.Answer, float, int]:

@@ -94,7 +94,7 @@ def test_a_token_of_another_provider_is_refused(
 
     assert isinstance(tls_files, servers.TLSFiles)
     with oidc.provider(tls_files.server_dir) as other:
-        other.user("sub-pat", email="pat@example.com", groups=["platform"])
+        other.user("sub-pat", email="pat@example.com", email_verified=True, groups=["platform"])
         forged = id_token(other, "sub-pat")
     _refused(api, forged)
 

@@ -18,11 +18,17 @@ import pytest
 import yaml
 from django.conf import settings
 
+import hooksvc
 from tests.deploy import chart, manifests, processes
 
 #: The chart's labels that every object carries as k8s/ does.
 OWN_LABELS = {"app.kubernetes.io/name": "hooksvc", "app.kubernetes.io/part-of": "hooksvc"}
-IMAGE = {"name": "hooksvc", "newName": "registry.example.com/hooksvc", "newTag": "0.1.0"}
+#: The tag is the version (scripts/release.py sets the prod overlay's and the value sets' tags).
+IMAGE = {
+    "name": "hooksvc",
+    "newName": "registry.example.com/hooksvc",
+    "newTag": hooksvc.__version__,
+}
 #: The sign-in settings web gets (the identity work's names, hooksvc.settings.ENVIRONMENT).
 IDENTITY_ENV = {
     "HOOKSVC_OIDC_ISSUER",
@@ -89,7 +95,7 @@ def test_the_rbac_values_install_what_the_two_components_install(tmp_path: Path)
 def test_the_defaults_install_the_base_but_its_namespace(tmp_path: Path) -> None:
     _need_kubectl()
     kustomized = manifests.render_overlay(
-        tmp_path, resources=["base"], images=[{"name": "hooksvc", "newTag": "0.1.0"}]
+        tmp_path, resources=["base"], images=[{"name": "hooksvc", "newTag": hooksvc.__version__}]
     )
     without = [o for o in kustomized if o["kind"] != "Namespace"]
     _assert_same_objects(without, chart.render())
@@ -435,7 +441,8 @@ def test_the_operators_own_tls_rbac_and_labels_are_used() -> None:
                 "secretKeyRef": {"name": "hooksvc-django", "key": "key"}
             }
             assert env["HOOKSVC_LOG_LEVEL"] == "DEBUG"
-            assert container["image"] == "registry.example.com/platform/hooksvc:0.1.0"
+            image = f"registry.example.com/platform/hooksvc:{hooksvc.__version__}"
+            assert container["image"] == image
             assert container["imagePullPolicy"] == "IfNotPresent"
 
 

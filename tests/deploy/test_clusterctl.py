@@ -230,13 +230,16 @@ def test_the_extension_server_runs_in_a_container_named_manager() -> None:
 def test_the_crd_names_are_the_ones_clusterctl_accepts() -> None:
     """clusterctl refuses a CRD not named `<plural of the kind, lowercased>.<group>`
     (cmd/clusterctl/client/cluster/installer.go, validateCRDName; util/contract,
-    CalculateCRDName with flect.Pluralize, which adds an s to these kinds)."""
+    CalculateCRDName with flect.Pluralize, which adds an s to these kinds, and turns a final
+    consonant+y into -ies: gobuffalo/flect plural_rules.go, {"y", "ies"})."""
     crds = [o for o in _installed() if o["kind"] == "CustomResourceDefinition"]
-    assert len(crds) == 2
+    assert len(crds) == 4
     for crd in crds:
         spec = crd["spec"]
-        assert crd["metadata"]["name"] == f"{spec['names']['kind'].lower()}s.{spec['group']}"
-        assert spec["names"]["plural"] == f"{spec['names']['kind'].lower()}s"
+        kind = spec["names"]["kind"].lower()
+        plural = f"{kind[:-1]}ies" if kind.endswith("cy") else f"{kind}s"
+        assert crd["metadata"]["name"] == f"{plural}.{spec['group']}"
+        assert spec["names"]["plural"] == plural
 
 
 def test_every_object_carries_the_provider_label() -> None:

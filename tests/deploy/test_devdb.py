@@ -1,9 +1,12 @@
 """PostgreSQL only: `make run`'s local server (hooksvc.devdb), DATABASE_URL, and the settings.
 
 Covers: the local server starts in a fresh data directory and Django's entry connects to it
-over its Unix socket (trust, no TCP, no password); a second start keeps the data; a stop
-leaves no server; a directory in use, and one of another major version, are refused with what
-to do; as root, a checkout `nobody` cannot enter gets its server under /var/lib/hooksvc; a path
+over its Unix socket (peer authentication mapped to the user running it, no TCP, no
+password); a second start keeps the data; a stop leaves no server; a directory in use, and
+one of another major version, are refused with what to do; as root, the server runs as a
+system user of its own, and neither `nobody` nor that user can connect or read its files; a
+home `nobody` owned (earlier releases) is taken over; a checkout the server's user cannot
+enter gets its server under /var/lib/hooksvc; a path
 too long for a Unix socket moves the socket; DATABASE_URL takes only postgres://; production
 wants it, development without it uses the local server.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,7 +34,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
-    """A temporary var/ that PostgreSQL's user can enter (`nobody` when the tests run as root)."""
+    """A temporary var/ that PostgreSQL's user can enter (devdb.ROOT_STAND_IN as root)."""
     path = Path(tempfile.mkdtemp(prefix="hooksvc-devdb-"))
     path.chmod(0o755)
     yield path
@@ -63,7 +67,11 @@ def test_the_local_server_starts_in_a_fresh_data_dir_and_django_connects(data_di
         hba = (server.data / "pg_hba.conf").read_text()
         rules = [line.split() for line in hba.splitlines() if line and not line.startswith("#")]
         assert {r[0] for r in rules} == {"local", "host"}
-        assert all(r[-1] == ("trust" if r[0] == "local" else "reject") for r in rules), rules
+        local = [r for r in rules if r[0] == "local"]
+        assert local == [["local", "all", "all", "peer", "map=hooksvc"]]
+        assert all(r[-1] == "reject" for r in rules if r[0] == "host"), rules
+        ident = (server.data / "pg_ident.conf").read_text().splitlines()[-1].split()
+        assert ident == ["hooksvc", pwd.getpwuid(os.geteuid()).pw_name, "postgres"]
 
 
 def test_a_second_start_keeps_the_data_and_a_stop_leaves_no_server(data_dir: Path) -> None:
@@ -98,7 +106,7 @@ def test_a_data_dir_of_another_major_version_is_refused_with_what_to_do(data_dir
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root runs PostgreSQL as another user")
-def test_as_root_a_checkout_nobody_can_enter_gets_its_server_under_var_lib(
+def test_as_root_a_checkout_the_servers_user_cannot_enter_gets_its_server_under_var_lib(
     tmp_path: Path,
 ) -> None:
     """A clone in root's home (mode 700): `nobody`, who runs the server, cannot enter it, so the
@@ -167,7 +175,7 @@ def test_as_root_a_checkout_only_root_may_enter_runs_its_server_binaries_and_all
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root runs PostgreSQL as another user")
-def test_as_root_data_left_where_nobody_cannot_enter_is_refused_with_what_to_do(
+def test_as_root_data_left_where_the_servers_user_cannot_enter_is_refused_with_what_to_do(
     tmp_path: Path,
 ) -> None:
     locked = tmp_path / "locked"
@@ -175,6 +183,70 @@ def test_as_root_data_left_where_nobody_cannot_enter_is_refused_with_what_to_do(
     (locked / "var" / "postgres" / "data").mkdir(parents=True)
     with pytest.raises(devdb.Error, match=r"who cannot enter .*: move that directory to"):
         devdb.Server(locked / "var").start()
+
+
+def _as_user(name: str, *command: str) -> subprocess.CompletedProcess[str]:
+    """`command` run as the local user `name` (no shell, no supplementary groups)."""
+    user = pwd.getpwnam(name)
+    return subprocess.run(
+        list(command),
+        user=user.pw_uid,
+        group=user.pw_gid,
+        extra_groups=[],
+        env={"PATH": "/usr/bin:/bin", "PGCONNECT_TIMEOUT": "5"},
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _psql_as(name: str, socket_dir: Path) -> str:
+    """What the machine's psql says connecting as `name` to the server's database."""
+    psql = shutil.which("psql") or "/usr/bin/psql"
+    done = _as_user(name, psql, "-w", "-h", str(socket_dir), "-U", "postgres", "-d", "hooksvc",
+                    "-Atc", "SELECT 1")  # fmt: skip
+    return (done.stdout + done.stderr).strip()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs PostgreSQL as another user")
+def test_as_root_no_other_local_user_can_connect_or_read_the_data(data_dir: Path) -> None:
+    """`make run` as root ran its server as `nobody`, so every process running as `nobody`
+    could connect as the superuser over the trusted socket and read the data files. Now
+    the server's user is its own, the socket's directory and the data are that user's alone
+    (0700), and peer authentication (PostgreSQL docs: auth-peer.html, the client's OS user
+    from the kernel; auth-username-maps.html) admits only the OS user running `make run`,
+    not even the server's own user."""
+    with devdb.Server(data_dir) as server:
+        owner = pwd.getpwnam(devdb.ROOT_STAND_IN)
+        assert owner.pw_name != "nobody"
+        assert server.data.stat().st_uid == owner.pw_uid
+        for path in (server.socket_dir, server.data, server.home):
+            assert (path.stat().st_mode & 0o077) == 0, path
+        nobody = _psql_as("nobody", server.socket_dir)
+        assert "Permission denied" in nobody, nobody
+        reads = _as_user("nobody", "/bin/cat", str(server.data / "PG_VERSION"))
+        assert reads.returncode != 0 and "Permission denied" in reads.stderr
+        itself = _psql_as(devdb.ROOT_STAND_IN, server.socket_dir)
+        assert 'Peer authentication failed for user "postgres"' in itself, itself
+        with _connect_as_django(data_dir) as conn:  # root, who runs `make run`
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs PostgreSQL as another user")
+def test_as_root_a_home_nobody_owned_is_taken_over(data_dir: Path) -> None:
+    """The data of a `make run` of an earlier release, `nobody`'s, starts under the new user."""
+    with devdb.Server(data_dir) as server, _connect_as_django(data_dir) as conn:
+        conn.execute("CREATE TABLE kept (note text)")
+        conn.execute("INSERT INTO kept VALUES ('made as nobody')")
+    nobody = pwd.getpwnam("nobody")
+    for path in [server.home, *server.home.rglob("*"), server.socket_dir]:
+        os.lchown(path, nobody.pw_uid, nobody.pw_gid)
+    with devdb.Server(data_dir) as again, _connect_as_django(data_dir) as conn:
+        assert conn.execute("SELECT note FROM kept").fetchall() == [("made as nobody",)]
+        owner = pwd.getpwnam(devdb.ROOT_STAND_IN).pw_uid
+        assert {p.stat().st_uid for p in again.data.rglob("*") if not p.is_symlink()} == {owner}
 
 
 def test_a_data_dir_too_deep_for_a_unix_socket_gets_a_short_socket_path(data_dir: Path) -> None:

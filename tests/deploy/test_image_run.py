@@ -128,7 +128,7 @@ def test_web_answers_discovery_over_tls_and_stops_on_sigterm(migrated: str, tls_
         body = _discovery(port, tls_dir / "ca.crt")
         assert body is not None and body["status"] == "Success"
         assert len(body["handlers"]) == 9
-        code, seconds = web.sigterm(within=STOP_SECONDS)
+        code, seconds = web.sigterm(within=processes.WEB_STOP_SECONDS)
         print(f"{web.name} stopped {seconds:.1f} s after SIGTERM")
         logs = web.logs()
     assert code == 0, logs

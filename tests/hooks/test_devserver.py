@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
+from hooksvc import devdb
 from hooksvc.serving import devserver
 from tests.deploy import processes
 from tests.support import private, servers
@@ -201,7 +202,7 @@ def test_make_run_serves_the_readme_start_keeps_its_database_and_stops_cleanly(
     situation, see tests/deploy/test_sigterm.py), stops within 5 s of SIGTERM."""
     if shutil.which("curl") is None:
         pytest.skip("the README's sample uses curl, which is not installed")
-    # PostgreSQL runs as `nobody` when the tests run as root: it must reach the directory.
+    # PostgreSQL runs as devdb.ROOT_STAND_IN when the tests run as root: it must reach it.
     data_dir = Path(tempfile.mkdtemp(prefix="hooksvc-make-run-"))
     data_dir.chmod(0o755)
     cwd = tmp_path / "cwd"
@@ -395,8 +396,8 @@ def test_make_run_outlives_its_broker_and_worker_from_a_directory_only_root_may_
     #1551) took the whole of `make run` with it. Now the broker is a local Redis, and when it
     or the worker dies the hook keeps answering from PostgreSQL, the supervisor says so in one
     line and starts it again, and the worker does the work an operator asks for, from a
-    manage.py beside it with nothing exported. As root, the data directory is where `nobody`
-    (who runs PostgreSQL) cannot enter."""
+    manage.py beside it with nothing exported. As root, the data directory is where
+    devdb.ROOT_STAND_IN (who runs PostgreSQL) cannot enter."""
     if shutil.which("curl") is None:
         pytest.skip("the README's sample uses curl, which is not installed")
     data_dir = _root_only_data_dir(tmp_path)
@@ -405,7 +406,7 @@ def test_make_run_outlives_its_broker_and_worker_from_a_directory_only_root_may_
         with _make_run(data_dir, tmp_path, tmp_path / "make-run.log", pid1=False) as run:
             run.wait_for_line(" ready.")
             if os.geteuid() == 0:
-                assert "where nobody may enter" in run.log()
+                assert f"where {devdb.ROOT_STAND_IN} may enter" in run.log()
             assert "workflowtemplate/approve-new-clusters created" in _beside(
                 data_dir, "apply_workflows", "-f", "-", stdin=APPROVAL_TEMPLATE
             )

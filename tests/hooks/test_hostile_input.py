@@ -160,3 +160,32 @@ def test_over_https_hostile_bodies_get_a_valid_answer_and_no_error_is_logged(
 
 def _raw_body(raw: bytes) -> hostile.Body:
     return hostile.Body(raw, must_fail=True, description=repr(raw[:60]))
+
+
+# Bodies that once answered 500: each must be a 200 with a Failure (CAPI's contract: a
+# non-200 falls under failurePolicy, and `Ignore` would turn it into a success).
+_HUGE_INTEGER = (
+    b'{"apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1", "n": ' + b"9" * 5000 + b"}"
+)
+_DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (_HUGE_INTEGER, "request body holds a number with too many digits"),
+        (_DEEP, "request body is nested deeper than 64 levels"),
+    ],
+    ids=["5000-digit integer", "100k deep"],
+)
+@pytest.mark.parametrize("path", [capi.DISCOVERY_PATH, capi.hook_path("BeforeClusterUpgrade")])
+def test_bodies_python_cannot_read_are_a_failure_not_a_500(
+    client: Client, path: str, raw: bytes, message: str
+) -> None:
+    """CPython's int() refuses literals over 4300 digits with a ValueError that json.loads
+    lets through (Lib/json/scanner.py reads numbers with int(); the limit is
+    sys.get_int_max_str_digits(), CVE-2020-10735), not a JSONDecodeError."""
+    status, answer = _post(client, path, raw)
+    assert status == 200
+    assert (answer["status"], answer["message"]) == ("Failure", message)

@@ -41,7 +41,9 @@ PEOPLE = {
 def provider(tls_files: servers.TLSFiles) -> Iterator[oidc.Provider]:
     with oidc.provider(tls_files.server_dir) as running:
         for name, groups in PEOPLE.items():
-            running.user(f"sub-{name}", email=f"{name}@example.com", groups=groups)
+            running.user(
+                f"sub-{name}", email=f"{name}@example.com", email_verified=True, groups=groups
+            )
         yield running
 
 

@@ -39,6 +39,7 @@ def sso_server(
         "HOOKSVC_OIDC_CA_FILE": str(provider.ca_file),
         "HOOKSVC_ROLES_FILE": str(rules),
         "HOOKSVC_LOCAL_LOGIN": "0",
+        "HOOKSVC_OIDC_DISPLAY_NAME": "Example Corp SSO",
     }
     with servers.hook_server(tls_files.server_dir, tmp_path / "web.log", extra_env=env) as server:
         yield server
@@ -56,7 +57,7 @@ def test_an_app_team_member_signs_in_through_the_provider_and_approves_their_clu
     page.goto(f"https://localhost:{sso_server.port}/admin/")
 
     # Local accounts are off: the sign-in page offers the provider only.
-    expect(page.locator("#sso-sign-in")).to_have_text("Sign in with localhost")
+    expect(page.locator("#sso-sign-in")).to_have_text("Sign in with Example Corp SSO")
     expect(page.locator("#login-form")).to_have_count(0)
     shoot(page, output_dir, "sign-in")
     page.click("#sso-sign-in")

@@ -56,10 +56,12 @@ def test_signing_in_makes_the_user_of_the_subject_with_the_providers_email_and_g
 def test_a_second_sign_in_reads_the_groups_again_and_keeps_the_user(
     signin: oidc.Provider, client: Client
 ) -> None:
-    signin.user("sub-eve", email="eve@example.com", groups=["team-a-viewers"])
+    signin.user("sub-eve", email="eve@example.com", email_verified=True, groups=["team-a-viewers"])
     sign_in(client, signin, "sub-eve")
     first = Identity.objects.get(subject="sub-eve")
-    signin.user("sub-eve", email="eve@corp.example", groups=["platform", "sre"])
+    signin.user(
+        "sub-eve", email="eve@corp.example", email_verified=True, groups=["platform", "sre"]
+    )
     sign_in(Client(), signin, "sub-eve")
     again = Identity.objects.get(subject="sub-eve")
     assert again.user_id == first.user_id
@@ -176,7 +178,11 @@ def test_the_sign_in_page_offers_single_sign_on_and_the_break_glass_form(
     signin: oidc.Provider, client: Client
 ) -> None:
     page = client.get("/admin/login/", {"next": "/admin/"}).content.decode()
-    assert 'id="sso-sign-in"' in page and "Sign in with localhost" in page
+    # Not the issuer's host ("Sign in with localhost"): the name people know it by.
+    assert 'id="sso-sign-in"' in page and "Sign in with single sign-on" in page
+    with override_settings(OIDC_DISPLAY_NAME="Example Corp SSO"):
+        page = client.get("/admin/login/").content.decode()
+    assert "Sign in with Example Corp SSO</a>" in page
     assert 'id="login-form"' in page
     with override_settings(LOCAL_LOGIN=False):
         page = client.get("/admin/login/").content.decode()
@@ -226,7 +232,7 @@ def test_a_person_without_a_groups_claim_signs_in_with_their_userinfo_asked_and_
 ) -> None:
     """Without the groups claim in the ID token, hooksvc asks the userinfo endpoint (as for a
     Keycloak mapper that adds groups there only); none there either: no group, no role."""
-    signin.user("sub-gil", email="gil@example.com")
+    signin.user("sub-gil", email="gil@example.com", email_verified=True)
     sign_in(client, signin, "sub-gil")
     assert Identity.objects.get(subject="sub-gil").groups == []
     assert client.get("/admin/").status_code == 302

@@ -81,14 +81,28 @@ def test_management_client_is_reused_until_the_setting_changes(
         assert k8s.management_api() is not first
 
 
-def test_a_missing_kubeconfig_file_is_unavailable(tmp_path: Path) -> None:
+def test_a_missing_kubeconfig_file_is_a_permanent_error_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    """A configuration error does not heal by waiting (issue 33: the step retried "kubeconfig
+    /root/.kube/config not found" for five minutes, naming no setting)."""
     missing = tmp_path / "nope"
     with (
         override_settings(KUBECONFIG_PATH=missing),
-        pytest.raises(k8s.KubeconfigUnavailable) as exc,
+        pytest.raises(k8s.NotConfigured) as exc,
     ):
         k8s.management_api()
-    assert exc.value.message == f"kubeconfig {missing} not found"
+    assert exc.value.message == (
+        f"kubeconfig {missing} not found: set HOOKSVC_KUBECONFIG to the management cluster's "
+        "kubeconfig file, or run hooksvc in a Pod with a ServiceAccount"
+    )
+    assert isinstance(exc.value, errors.PermanentError)
+    unusable = tmp_path / "unusable"
+    unusable.write_text("token: s3cr3t\n  : [unclosed")
+    with override_settings(KUBECONFIG_PATH=unusable), pytest.raises(k8s.NotConfigured) as exc:
+        k8s.management_api()
+    assert exc.value.message.startswith(f"kubeconfig {unusable} is not usable: set HOOKSVC_")
+    assert "s3cr3t" not in repr(exc.value)
 
 
 def test_in_a_pod_the_service_account_is_used_not_the_file(
@@ -97,9 +111,12 @@ def test_in_a_pod_the_service_account_is_used_not_the_file(
     # No ServiceAccount token is mounted here, so choosing the in-cluster path fails.
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "1")
-    with pytest.raises(k8s.KubeconfigUnavailable) as exc:
+    with pytest.raises(k8s.NotConfigured) as exc:
         k8s.management_api()
-    assert exc.value.message == "kubeconfig the in-cluster ServiceAccount is not usable"
+    assert exc.value.message == (
+        "kubeconfig the in-cluster ServiceAccount is not usable: mount the Pod's "
+        "ServiceAccount token (automountServiceAccountToken)"
+    )
 
 
 def test_workload_client_comes_from_the_cluster_kubeconfig_secret(kube: KubeEmulator) -> None:

@@ -204,7 +204,10 @@ def test_a_volume_a_pod_opts_into_file_system_backup_gets_a_pod_volume_backup_no
 
 def test_excluded_namespaces_and_volumes_are_not_backed_up(kube: KubeEmulator) -> None:
     """prepareBackupRequest adds namespaces labelled velero.io/exclude-from-backup=true to
-    spec.excludedNamespaces; item_backupper.go skips an item with that label."""
+    spec.excludedNamespaces, before it validates the lists (v1.18.1 and main d30d389b:
+    ValidateNamespaceIncludesExcludes refuses a namespace in both, so a labelled namespace
+    the Backup names fails validation; one a pattern matches is left out); item_backupper.go
+    skips an item with that label."""
     setup(kube)
     kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "blog"}})
     excluded = volume("shop", "cache", labels={"velero.io/exclude-from-backup": "true"})
@@ -215,9 +218,65 @@ def test_excluded_namespaces_and_volumes_are_not_backed_up(kube: KubeEmulator) -
     assert ended(kube, "shop-and-blog")["csiVolumeSnapshotsCompleted"] == 2, "db and content"
     labelled = {"name": "blog", "labels": {"velero.io/exclude-from-backup": "true"}}
     kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": labelled})
-    backup(kube, "shop-only", includedNamespaces=["shop", "blog"])
+    backup(kube, "shop-only", includedNamespaces=["shop", "b*"])
     assert ended(kube, "shop-only")["csiVolumeSnapshotsCompleted"] == 1, "db only"
     assert get(kube, "shop-only")["spec"]["excludedNamespaces"] == ["blog"]
+    # Named, the labelled namespace is in both lists: ValidateNamespaceIncludesExcludes.
+    backup(kube, "named", includedNamespaces=["shop", "blog"])
+    assert ended(kube, "named")["validationErrors"] == [
+        "Invalid included/excluded namespace lists: excludes list cannot contain an item in"
+        " the includes list: blog"
+    ]
+
+
+def test_namespace_patterns_are_expanded_against_the_live_namespaces_and_kept_in_the_spec(
+    kube: KubeEmulator,
+) -> None:
+    """Velero 1.18 (main d30d389b): pkg/backup/backup.go getNamespaceIncludesExcludes calls
+    NamespaceIncludesExcludes.ExpandIncludesExcludes (pkg/util/collections
+    includes_excludes.go), which expands an include or exclude holding `*`, `?` or `[`
+    (pkg/util/wildcard/expand.go containsWildcardPattern, gobwas/glob) against the cluster's
+    namespaces; the spec keeps the pattern. Patterns that match nothing back up nothing
+    (ShouldInclude). The emulator read `app-*` as a namespace's name and backed up nothing."""
+    setup(kube)
+    for name in ("app-1", "app-2", "app-3", "apple"):
+        kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        for obj in volume(name, "data"):
+            kube.put_object(obj)
+    kube.add_controller(VeleroServer())
+    backup(kube, "apps", includedNamespaces=["app-*"], excludedNamespaces=["app-[3]"])
+    assert ended(kube, "apps")["csiVolumeSnapshotsCompleted"] == 2, "app-1 and app-2"
+    assert get(kube, "apps")["spec"]["includedNamespaces"] == ["app-*"]
+    backup(kube, "one", includedNamespaces=["app-?"], excludedNamespaces=["app-[12]"])
+    assert ended(kube, "one")["csiVolumeSnapshotsCompleted"] == 1, "app-3"
+    backup(kube, "none", includedNamespaces=["db-*"])
+    counts = ended(kube, "none")
+    assert counts["phase"] == "Completed"
+    assert not any(key.endswith("Attempted") for key in counts), "not every namespace"
+
+
+def test_namespace_patterns_velero_cannot_read_fail_validation(kube: KubeEmulator) -> None:
+    """backup_controller.go prepareBackupRequest: collections.ValidateNamespaceIncludesExcludes
+    (wildcard.ValidateNamespaceName: no `|()!{},`, no `**`, brackets closed and not empty;
+    then the name with `*?[]` read as `x` must be a namespace name), "Invalid
+    included/excluded namespace lists: ..."."""
+    setup(kube)
+    kube.add_controller(VeleroServer())
+    backup(kube, "bang", includedNamespaces=["app-[!1]"])
+    backup(kube, "stars", includedNamespaces=["app-**"])
+    backup(kube, "open", includedNamespaces=["app-[1"])
+    backup(kube, "upper", includedNamespaces=["App-*"])
+    prefix = "Invalid included/excluded namespace lists: wildcard pattern contains "
+    assert ended(kube, "bang")["validationErrors"] == [
+        f"{prefix}unsupported characters: |, (, ), !, {{, }}, ,"
+    ]
+    assert ended(kube, "stars")["validationErrors"] == [
+        f"{prefix}consecutive asterisks (only single * allowed)"
+    ]
+    assert ended(kube, "open")["validationErrors"] == [f"{prefix}unclosed bracket '['"]
+    [upper] = ended(kube, "upper")["validationErrors"]
+    assert upper.startswith('Invalid included/excluded namespace lists: invalid namespace "App-*"')
+    assert status(kube, "upper")["phase"] == "FailedValidation"
 
 
 def test_a_backup_waits_queued_while_another_of_its_namespaces_runs(kube: KubeEmulator) -> None:

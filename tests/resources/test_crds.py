@@ -380,6 +380,8 @@ def test_a_custom_step_module_is_in_a_regenerated_crd() -> None:
     assert [d["metadata"]["name"] for d in printed] == [
         "workflowtemplates.hooks.hooksvc.io",
         "addonprofiles.hooks.hooksvc.io",
+        "inplacepolicies.hooks.hooksvc.io",
+        "upgradepolicies.hooks.hooksvc.io",
     ]
     assert "chat_notify" in str(printed[0])
 

@@ -138,6 +138,26 @@ def test_install_applies_manifests_in_stages_and_is_done_when_workloads_roll_out
     assert run(ctx) == registry.Done({"inventory": INVENTORY})
 
 
+def test_a_priority_class_is_applied_before_the_workloads_that_name_it(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """helm v4.1.4 (05fa3797) pkg/release/v1/util/kind_sorter.go InstallOrder, and v3.17.3
+    (e4da4978) pkg/releaseutil/kind_sorter.go: PriorityClass first of all. A Pod naming a
+    PriorityClass that does not exist is refused (kubernetes plugin/pkg/admission/priority
+    admission.go), so a Deployment applied first makes pods that cannot be created until
+    it comes. INSTALL_ORDER lacked PriorityClass, and put it last with the unknown kinds."""
+    priority = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "addon-critical"},
+        "value": 1000000,
+    }
+    agent = deployment("agent", priorityClassName="addon-critical")
+    manifests = [ADDON[0], agent, ADDON[1], priority]
+    run(context("addon_install", {"manifests": manifests, "waitForRollout": False}))
+    assert applied(kube) == ["namespaces", "priorityclasses", "serviceaccounts", "deployments"]
+
+
 def test_custom_resources_wait_until_their_definition_is_established_and_served(
     kube: KubeEmulator, context: Context
 ) -> None:

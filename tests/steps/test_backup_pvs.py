@@ -16,7 +16,7 @@ import pytest
 from tests.steps.conftest import CLUSTER, NS, Context, run
 from tests.steps.pvcs import FAST, SLOW, put, put_pvcs
 from tests.support.kube import KubeEmulator, eventually
-from tests.support.kube_storage import SnapshotController, snapshot_class
+from tests.support.kube_storage import SnapshotController, snapshot_class, volume
 from workflows import errors
 from workflows.kube import k8s
 from workflows.steps import registry
@@ -200,6 +200,23 @@ def test_no_matching_pvc_is_done_with_an_empty_list(context: Context) -> None:
     assert run(context("backup_pvs", CSI)) == registry.Done(
         {"backend": "csi", "volumes": [], "skipped": []}
     )
+
+
+def test_a_namespace_pattern_snapshots_the_volumes_of_the_namespaces_it_matches(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """The namespaces of `backup_pvs` are read as Velero 1.18 reads includedNamespaces
+    (vmware-tanzu/velero main d30d389b pkg/util/wildcard/expand.go: `*`, `?`, `[...]` are
+    glob patterns matched against the live namespaces), so one template backs up the same
+    volumes with either backend. Read as a name, `app-*` found no PVC and the step was Done
+    with no snapshot."""
+    for name in ("app-1", "app-2", "other"):
+        put(kube, *volume(name, "data", driver=FAST, labels={"backup": "yes"}))
+    put(kube, snapshot_class("fast-retain", FAST, "Retain", default=True))
+    kube.add_controller(SnapshotController())
+    run(context("backup_pvs", {**CSI, "namespaces": ["app-*"]}))
+    snapshots = kube.list_objects(*SNAP)
+    assert [s["metadata"]["namespace"] for s in snapshots] == ["app-1", "app-2"]
 
 
 @pytest.mark.usefixtures("pvcs")

@@ -187,16 +187,25 @@ def test_a_namespace_velero_excludes_by_its_label_is_not_counted(
     """velero backup_controller.go prepareBackupRequest adds every namespace labelled
     velero.io/exclude-from-backup=true to spec.excludedNamespaces; item_backupper.go skips
     a PVC with that label. Counted from the template's namespaces, the good backup failed as
-    "1 of 4 volumes"."""
+    "1 of 4 volumes". It does so before ValidateNamespaceIncludesExcludes (v1.18.1, main
+    d30d389b), which refuses a namespace in both lists: a labelled namespace the template
+    names fails validation, one its pattern matches is left out."""
     labelled = {"name": "blog", "labels": {"velero.io/exclude-from-backup": "true"}}
     put(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": labelled})
     excluded = {"backup": "yes", "velero.io/exclude-from-backup": "true"}
     put(kube, *volume("shop", "scratch", labels=excluded))
     kube.add_controller(VeleroServer())
-    done = finish(context("backup_pvs", {**VELERO, "namespaces": ["shop", "blog"]}))
+    done = finish(context("backup_pvs", {**VELERO, "namespaces": ["shop", "b*"]}))
     [backup] = kube.list_objects(*BACKUP)
     assert backup["spec"]["excludedNamespaces"] == ["blog"]
     assert (done.output["volumesCovered"], done.output["volumesSnapshotted"]) == (1, 1)
+    # Named, it is in both lists, which Velero refuses (and would again).
+    named = failure(context("backup_pvs", {**VELERO, "namespaces": ["shop", "blog"]}, run_id=8))
+    assert named.message == (
+        "Backup velero/hooksvc-8-backup ended in phase FailedValidation: Invalid"
+        " included/excluded namespace lists: excludes list cannot contain an item in the"
+        " includes list: blog"
+    )
 
 
 @pytest.mark.usefixtures("pvcs", "velero_namespace")
@@ -366,6 +375,53 @@ def test_a_completed_backup_without_its_volume_snapshots_fails_the_step(
     assert finish(context("backup_pvs", nothing, run_id=10)).output["volumeCheck"] == (
         "not checked: snapshotVolumes is false"
     )
+
+
+@pytest.mark.parametrize("snapshotter", [None, "csi"])
+@pytest.mark.usefixtures("velero_namespace")
+def test_a_namespace_pattern_is_counted_as_velero_expands_it(
+    kube: KubeEmulator, context: Context, snapshotter: str | None
+) -> None:
+    """Velero 1.18 (main d30d389b) pkg/util/wildcard/expand.go, pkg/backup/backup.go
+    getNamespaceIncludesExcludes: `app-*` in includedNamespaces is matched against the live
+    namespaces, and the Backup's spec keeps `app-*`. Read as a namespace's name, the step
+    covered "0 of 0" volumes, so a Backup that skipped every volume (no snapshotter)
+    passed and released BeforeClusterDelete."""
+    for name in ("app-1", "app-2", "other"):
+        put(kube, *volume(name, "data", labels={"backup": "yes"}))
+    kube.add_controller(VeleroServer(volume_snapshotter=snapshotter))
+    ctx = context("backup_pvs", {**VELERO, "namespaces": ["app-*"]}, hook="BeforeClusterDelete")
+    if snapshotter is None:
+        assert failure(ctx).message == (
+            "Backup velero/hooksvc-7-backup completed but backed up 0 of 2 volumes "
+            "(Velero skips a volume it has no snapshotter for)"
+        )
+        return
+    done = finish(ctx)
+    assert (done.output["volumesCovered"], done.output["volumesSnapshotted"]) == (2, 2)
+    [backup] = kube.list_objects(*BACKUP)
+    assert backup["spec"]["includedNamespaces"] == ["app-*"]
+
+
+def test_namespace_patterns_velero_would_refuse_are_refused_when_applied() -> None:
+    """velero pkg/util/wildcard/expand.go ValidateNamespaceName and
+    pkg/util/collections/includes_excludes.go ValidateNamespaceIncludesExcludes: the Backup
+    would end FailedValidation; the template is refused instead, naming the item."""
+    for bad, why in [
+        ("app-[!1]", "uses '|()!{},'"),
+        ("app-**", "has ** (only single * are allowed)"),
+        ("app-[1", "has a [ without its ]"),
+        ("App-*", "is not a namespace name"),
+    ]:
+        with pytest.raises(registry.ParamError) as exc:
+            params = {"backend": "velero", "namespaces": ["shop", bad]}
+            registry.validate("backup_pvs", params, hook="BeforeClusterDelete")
+        assert str(exc.value).startswith(f"namespaces: item 1, {bad!r} {why}"), str(exc.value)
+    with pytest.raises(registry.ParamError) as exc:
+        registry.validate("backup_pvs", {"namespaces": ["*", "shop"]}, hook="BeforeClusterDelete")
+    assert str(exc.value) == "namespaces: '*' (every namespace) must be the only item"
+    good = {"namespaces": ["app-*", "db-?", "web-[a-c]", "shop"]}
+    assert registry.validate("backup_pvs", good, hook="BeforeClusterDelete")["namespaces"]
 
 
 @pytest.mark.parametrize("allow", [False, True])

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from tests.steps.conftest import later, start
-from tests.steps.test_conformance import RBAC
+from tests.steps.test_conformance import FAILED_LOG, RBAC, end_pod
 from tests.support.kube import KubeEmulator
+from tests.support.kube_workloads import Workloads
 from workflows.engine import cleanups, scheduling
 from workflows.models import Run, RunEvent, StepRun
 from workflows.operators import actions
@@ -40,6 +41,40 @@ def test_the_engine_times_it_out_after_two_hours_by_default_and_it_cleans_up(
     assert cleanups.step_cleanup(step.pk) is True
     assert kube.get_object("", "v1", "namespaces", None, name) is None
     assert kube.get_object(*RBAC, None, name) is None
+
+
+@pytest.mark.django_db
+def test_a_failed_runs_cleanup_meets_its_namespace_still_terminating_and_ran(
+    kube: KubeEmulator, workloads: Workloads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step deletes its Namespace when its tests fail, then the engine's cleanup deletes
+    it again while it terminates. kubernetes pkg/registry/core/namespace/storage/storage.go
+    `REST.Delete` (kubernetes 94341df; since v1.17, kubernetes/kubernetes#84122): a DELETE
+    of a Namespace whose spec.finalizers are pending answers 200 with the Namespace as it is
+    (the NamespaceLifecycle admission plugin lets every namespace DELETE through but the
+    immortal namespaces'). The emulator answered 409 Conflict, as kube-apiserver did before,
+    and the cleanup after nearly every failed run was recorded as failed."""
+    run_ = start(
+        "AfterClusterUpgrade",
+        [{"name": "conformance", "type": "conformance"}],
+        name="conformance-after-upgrade",
+    )
+    step = StepRun.objects.get(run=run_)
+    name = f"hooksvc-{run_.pk}-conformance"
+    # Content with a finalizer of its own keeps the Namespace terminating.
+    held = {"name": "held", "namespace": name, "finalizers": ["example.com/hold"]}
+    kube.put_object({"apiVersion": "v1", "kind": "ConfigMap", "metadata": held})
+    end_pod(workloads, "Failed", FAILED_LOG, name=name)
+    later(monkeypatch, 3600)
+    scheduling.run_step(step.pk)
+    step.refresh_from_db()
+    assert step.state == "failed", step.message
+    namespace = kube.get_object("", "v1", "namespaces", None, name) or {}
+    assert namespace["status"]["phase"] == "Terminating"
+    assert cleanups.step_cleanup(step.pk) is True
+    assert RunEvent.objects.get(run=run_, name="cleanup").message == (
+        "cleanup of failed step conformance ran"
+    )
 
 
 @pytest.mark.django_db

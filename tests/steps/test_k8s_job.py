@@ -158,6 +158,38 @@ def test_a_job_that_fails_past_its_backoff_limit_fails_the_step_with_its_log_tai
     assert exc.value.output["log"] == "error: relation users does not exist\n"
 
 
+@pytest.mark.parametrize("code", [0, 1])
+def test_a_log_the_kubelet_cannot_give_leaves_the_jobs_outcome_and_says_so(
+    kube: KubeEmulator, workloads: Workloads, context: Context, code: int
+) -> None:
+    """kubernetes pkg/registry/core/pod/rest/log.go: the API server reads a log through the
+    pod's kubelet; one it cannot reach is a 500 (apiserver endpoints/handlers/
+    responsewriters/status.go ErrorToAPIStatus), for as long as the Node is away. The tail
+    made a finished Job's step retry and then fail on it; the Job's outcome now stands."""
+    ctx = context("k8s_job", {**PARAMS, "backoffLimit": 0}, step_name="migrate")
+    run(ctx)
+    workloads.exit("ops", running_pod(workloads, kube), "job", code, "done\n")
+    finished = "Complete" if code == 0 else "Failed"
+    workloads.wait(finished, lambda: finished in conditions(kube))
+    kube.fail_next("GET", r"/pods/[^/]+/log", 500, times=100)
+    pod = kube.list_objects("", "v1", "pods", "ops")[-1]["metadata"]["name"]
+    if code == 0:
+        done = run(ctx)
+        assert isinstance(done, registry.Done)
+        output = done.output
+    else:
+        with pytest.raises(errors.PermanentError) as exc:
+            run(ctx)
+        assert exc.value.message == (
+            f"Job ops/{NAME} failed (BackoffLimitExceeded); its log could not be read"
+        )
+        output = exc.value.output or {}
+    assert output["log"] == ""
+    assert output["logUnavailable"] == (
+        f"the log of Pod ops/{pod} could not be read (API server answered 500)"
+    )
+
+
 def test_a_disrupted_pod_does_not_count_against_the_backoff_limit(
     kube: KubeEmulator, workloads: Workloads, context: Context
 ) -> None:

@@ -1,6 +1,7 @@
 """Kubernetes steps run by the engine in this process (no worker): what the run records.
 
 An unreachable API server makes a step wait for its next attempt while the run goes on; a
+missing management kubeconfig fails it at once; a
 failed Job's log tail (the emulator's Job controller and kubelet run it) is kept on the
 failed step; a step out of retries has its objects
 cleaned up. The engine's clock is moved instead of waiting.
@@ -8,7 +9,10 @@ cleaned up. The engine's clock is moved instead of waiting.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from django.test import override_settings
 
 from tests.steps.conftest import NS, later, start
 from tests.support.kube import KubeEmulator
@@ -35,6 +39,24 @@ def test_an_unreachable_api_server_retries_the_step_and_the_run_goes_on(
     step.refresh_from_db()
     assert (step.state, step.message) == ("waiting", f"Job {NS}/hooksvc-{run.pk}-job is running")
     assert len(kube.list_objects("batch", "v1", "jobs", NS)) == 1
+
+
+def test_a_missing_management_kubeconfig_fails_the_step_at_once_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    """hooksvc's own configuration does not heal by waiting: the canary of
+    examples/rollouts.yaml retried "kubeconfig /root/.kube/config not found" for five
+    minutes and never said which setting to fix (issue 33)."""
+    missing = tmp_path / "config"
+    steps = [{"name": "job", "type": "k8s_job", "retries": 5, "with": JOB}]
+    with override_settings(KUBECONFIG_PATH=missing):
+        run = start("BeforeClusterUpgrade", steps)
+    step = StepRun.objects.get(run=run)
+    assert (run.state, step.state, step.failures) == ("failed", "failed", 1)
+    assert step.message == (
+        f"kubeconfig {missing} not found: set HOOKSVC_KUBECONFIG to the management cluster's "
+        "kubeconfig file, or run hooksvc in a Pod with a ServiceAccount"
+    )
 
 
 def test_a_failed_job_fails_the_run_and_its_log_tail_is_kept(

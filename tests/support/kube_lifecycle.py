@@ -1,19 +1,21 @@
 """How objects end in the Kubernetes API emulator: DELETE, namespaces and garbage collection.
 
-`delete` is kube-apiserver's DELETE. Finalizers hold an object, marked with a
-deletionTimestamp, until someone removes them; `propagationPolicy` adds the garbage
-collector's own finalizers (`foregroundDeletion`, `orphan`) or removes them, as the
-generic registry store does (kubernetes staging/src/k8s.io/apiserver/pkg/registry/generic/
-registry/store.go, `deletionFinalizersForGarbageCollection`). A Namespace turns
-`Terminating` and keeps its `kubernetes` finalizer until the namespace controller has
-removed its content; a second DELETE of it answers 409 (pkg/registry/core/namespace/
-storage/storage.go). A CustomResourceDefinition gets the `customresourcecleanup` finalizer
-(apiextensions-apiserver pkg/registry/customresourcedefinition/etcd.go; `kube_crds`
-finishes it). A Pod bound to a Node and not yet ended is deleted gracefully
-(pkg/registry/core/pod/strategy.go, `CheckGracefulDelete`; rest/delete.go `BeforeDelete`):
-it gets a deletionTimestamp `terminationGracePeriodSeconds` (API default 30) ahead and
-`deletionGracePeriodSeconds`, and stays until its kubelet (`kube_kubelet`) has stopped its
-containers and deletes it with grace 0; an unbound or ended Pod goes at once.
+`delete` is kube-apiserver's DELETE. Finalizers hold an object, marked with a deletionTimestamp,
+until someone removes them; `propagationPolicy` adds the garbage collector's own finalizers
+(`foregroundDeletion`, `orphan`) or removes them, as the generic registry store does (kubernetes
+staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go,
+`deletionFinalizersForGarbageCollection`). A Namespace turns `Terminating` and keeps its
+`kubernetes` finalizer until the namespace controller has removed its content; a second DELETE
+of it meanwhile answers 200 with the Namespace as it is
+(pkg/registry/core/namespace/storage/storage.go `REST.Delete`, kubernetes 94341df; a 409
+Conflict before v1.17, kubernetes/kubernetes#84122). A CustomResourceDefinition gets the
+`customresourcecleanup` finalizer (apiextensions-apiserver
+pkg/registry/customresourcedefinition/etcd.go; `kube_crds` finishes it). A Pod bound to a Node
+and not yet ended is deleted gracefully (pkg/registry/core/pod/strategy.go,
+`CheckGracefulDelete`; rest/delete.go `BeforeDelete`): it gets a deletionTimestamp
+`terminationGracePeriodSeconds` (API default 30) ahead and `deletionGracePeriodSeconds`, and
+stays until its kubelet (`kube_kubelet`) has stopped its containers and deletes it with grace 0;
+an unbound or ended Pod goes at once.
 
 The two controllers below run in every emulated cluster, as kube-controller-manager's do:
 `NamespaceController` (pkg/controller/namespace/deletion/namespaced_resources_deleter.go)
@@ -115,15 +117,10 @@ def delete(store: Store, res: Resource, ns: str, name: str, policy: str | None =
                 f'namespaces "{name}" is forbidden: this namespace may not be deleted',
                 details={"name": name, "kind": "namespaces"},
             )
-        if meta.get("deletionTimestamp") and held(res, new):
-            raise ApiError(
-                409,
-                f'Operation cannot be fulfilled on namespaces "{name}": The system is ensuring'
-                " all content is removed from this namespace.  Upon completion, this"
-                " namespace will automatically be purged by the system.",
-                reason="Conflict",
-                details={"name": name, "kind": "namespaces"},
-            )
+        if meta.get("deletionTimestamp") and (new.get("spec") or {}).get("finalizers"):
+            # storage.go REST.Delete: the Namespace as it is, 200 (a 409 Conflict before
+            # v1.17, kubernetes/kubernetes#84122).
+            return new
         new.setdefault("status", {})["phase"] = "Terminating"
     if kind == CRDS:
         if CRD_CLEANUP not in meta.setdefault("finalizers", []):

@@ -66,6 +66,7 @@ BUILTINS: tuple[Resource, ...] = (
     ),
     Resource("events.k8s.io", "v1", "events", "Event", namespaced=True, status=False),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True, status=False),
+    Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, status=False),
     Resource("cluster.x-k8s.io", "v1beta2", "clusters", "Cluster", namespaced=True),
     Resource("cluster.x-k8s.io", "v1beta1", "clusters", "Cluster", namespaced=True),
     Resource("snapshot.storage.k8s.io", "v1", "volumesnapshots", "VolumeSnapshot", True),

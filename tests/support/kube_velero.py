@@ -24,6 +24,11 @@ Backups, as these controllers do, each handing the Backup on by its phase:
   the one named), one in read-only mode, one not `Available` ("... is in Unavailable
   status."), labelSelector with orLabelSelectors. Any gives `FailedValidation`; else
   `InProgress` with `startTimestamp`.
+- Namespace lists (pkg/util/wildcard/expand.go, pkg/util/collections/includes_excludes.go):
+  a name with `*`, `?` or `[` is a glob pattern matched against the live namespaces, in the
+  includes and the excludes; patterns that match nothing back up nothing; the spec keeps
+  them. ValidateNamespaceIncludesExcludes runs after the labelled namespaces were added to
+  the excludes, so a labelled namespace the Backup names fails validation, in its words.
 - runBackup (`duration` seconds later): each Bound PVC the Backup covers (its namespaces, its
   labels, not labelled `velero.io/exclude-from-backup=true`: pkg/backup/item_backupper.go)
   is backed up by a PodVolumeBackup when a Pod that mounts it opts the volume into file
@@ -59,6 +64,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import fnmatch
 import re
 
 from tests.support.kube_semantics import JSON, label_selector_matches
@@ -170,11 +176,19 @@ class VeleroServer:
         store.set_status(BACKUPS, self.namespace, backup["metadata"]["name"], status)
 
     def _namespaces(self, store: Store, spec: JSON) -> set[str]:
-        """namespacesForBackup: the cluster's namespaces the Backup includes, less excludes."""
+        """namespacesForBackup (NamespaceIncludesExcludes.ResolveNamespaceList): the cluster's
+        namespaces the Backup includes, less excludes; a name with `*`, `?` or `[` is a glob
+        pattern (gobwas/glob) matched against them, an exclude too (globStringSet.match),
+        and patterns that match nothing include nothing (ShouldInclude after expansion)."""
         cluster = {k[3] for k in store.objects if k[:2] == ("", "namespaces")}
         included = spec.get("includedNamespaces") or ["*"]
-        found = cluster if "*" in included else cluster & set(included)
-        return found - set(spec.get("excludedNamespaces") or [])
+        excluded = spec.get("excludedNamespaces") or []
+
+        def matches(patterns: list[str], namespace: str) -> bool:
+            return any(fnmatch.fnmatchcase(namespace, pattern) for pattern in patterns)
+
+        found = cluster if "*" in included else {ns for ns in cluster if matches(included, ns)}
+        return {ns for ns in found if not matches(excluded, ns)}
 
     def _dequeue(self, store: Store) -> None:
         backups = self._backups(store)
@@ -274,6 +288,12 @@ class VeleroServer:
             if resource not in (spec.get(field) or []):
                 spec[field] = [*(spec.get(field) or []), resource]
         spec["includedNamespaces"] = spec.get("includedNamespaces") or ["*"]
+        errors += [
+            f"Invalid included/excluded namespace lists: {error}"
+            for error in _namespace_list_errors(
+                spec["includedNamespaces"], spec.get("excludedNamespaces") or []
+            )
+        ]
         if spec.get("orLabelSelectors") is not None and spec.get("labelSelector") is not None:
             errors.append(
                 "encountered labelSelector as well as orLabelSelectors in backup spec, only one"
@@ -487,3 +507,53 @@ def pod(namespace: str, name: str, claims: dict[str, str], annotations: dict[str
         "spec": {"containers": [{"name": "app", "image": "app:1"}], "volumes": volumes},
         "status": {"phase": "Running"},
     }
+
+
+def _namespace_list_errors(includes: list[str], excludes: list[str]) -> list[str]:
+    """collections.ValidateNamespaceIncludesExcludes, with wildcard.ValidateNamespaceName and
+    validateNamespaceName (the wildcards read as `x`, then a namespace name), in its words."""
+    errors = []
+    if len(set(includes)) > 1 and "*" in includes:
+        errors.append("includes list must either contain '*' only, or a non-empty list of items")
+    if "*" in excludes:
+        errors.append("excludes list cannot contain '*'")
+    errors += [
+        f"excludes list cannot contain an item in the includes list: {item}"
+        for item in sorted(set(excludes) & set(includes))
+    ]
+    for item in [*sorted(set(includes)), *sorted(set(excludes))]:
+        if not item:
+            continue
+        if any(char in item for char in "|()!{},"):
+            errors.append("wildcard pattern contains unsupported characters: |, (, ), !, {, }, ,")
+        elif "**" in item:
+            errors.append("wildcard pattern contains consecutive asterisks (only single * allowed)")
+        elif _bracket_error(item):
+            errors.append(_bracket_error(item))
+        else:
+            plain = re.sub(r"[*?\[\]]", "x", item)
+            if len(plain) > 63 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", plain):
+                errors.append(
+                    f'invalid namespace "{item}": a lowercase RFC 1123 label must consist of'
+                    " lower case alphanumeric characters or '-', and must start and end with an"
+                    " alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for"
+                    " validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+                )
+    return errors
+
+
+def _bracket_error(pattern: str) -> str:
+    """wildcard.validateBracePatterns."""
+    index = 0
+    while index < len(pattern):
+        if pattern[index] == "]":
+            return "wildcard pattern contains unmatched closing bracket ']'"
+        if pattern[index] == "[":
+            end = pattern.find("]", index + 1)
+            if end < 0:
+                return "wildcard pattern contains unclosed bracket '['"
+            if end == index + 1:
+                return "wildcard pattern contains empty bracket pattern '[]'"
+            index = end
+        index += 1
+    return ""

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import datetime
 import io
+import json
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
+from django.test import Client
+from django.urls import reverse
 
 from hooksvc.contract import catalog
 from tests.support import capi
@@ -83,6 +87,38 @@ def test_the_wave_waits_for_two_canaries_and_their_soak(
     assert _call("BeforeClusterUpgrade", "main-1", ring="main") == answers.PROCEED
 
 
+def test_once_its_canaries_passed_the_gate_names_when_its_soak_ends(
+    sent: list[Any], now: list[datetime.datetime]
+) -> None:
+    """As the window step names its opening: the end of the soak, a moment fixed once the
+    canaries passed (deterministic, invariant 6), rounded up to the minute, in UTC."""
+    _fleet()
+    _call("BeforeClusterUpgrade", "main-1", ring="main")
+    _advance_all()
+    _canary_passes("canary-1")
+    _canary_passes("canary-2")
+    finished = max(
+        r.finished_at for r in Run.objects.filter(template_name="canary-checks") if r.finished_at
+    )
+    ends = finished + datetime.timedelta(seconds=600)
+    if ends.second or ends.microsecond:
+        ends = ends.replace(second=0, microsecond=0) + datetime.timedelta(minutes=1)
+    gate = StepRun.objects.get(type="gate")
+    now[0] += datetime.timedelta(seconds=30)
+    scheduling.run_step(gate.pk)
+    expected = (
+        "workflow wave-main waits for 2 canaries ring=canary to pass AfterClusterUpgrade at "
+        f"v1.33.0 and soak until {ends.astimezone(datetime.UTC):%a %Y-%m-%d %H:%M} UTC "
+        "at step canaries"
+    )
+    assert _call("BeforeClusterUpgrade", "main-1", ring="main").message == expected
+    now[0] += datetime.timedelta(seconds=60)
+    scheduling.run_step(gate.pk)
+    assert _call("BeforeClusterUpgrade", "main-1", ring="main").message == expected, (
+        "the same while it soaks"
+    )
+
+
 def test_a_failed_canary_halts_the_wave_until_an_operator_resumes(
     sent: list[Any], now: list[datetime.datetime]
 ) -> None:
@@ -144,9 +180,65 @@ def test_an_abandoned_rollout_fails_the_waiting_runs(
         rollouts.rollout_abandon(version=VERSION, actor="ops:bob", reason="again")
 
 
+def test_an_abandoned_rollout_names_the_ways_on_that_work_and_stays_listed(
+    sent: list[Any], now: list[datetime.datetime], admin_client: Client
+) -> None:
+    """A retry of an abandoned gate fails again (an abandon is final for its version): the
+    answer names setting the version back and releasing the run instead, and so does
+    `workflows why`; the rollout stays listed as abandoned while its runs hold their
+    clusters, and the action records the runs it failed."""
+    _fleet(checks="flaky")
+    _call("BeforeClusterUpgrade", "main-1", ring="main")
+    _advance_all()
+    _canary_passes("canary-3", health="bad")
+    run = Run.objects.get(template_name="wave-main")
+    rollouts.rollout_abandon(version=VERSION, actor="ops:bob", reason="1.33 breaks our CNI")
+    assert RolloutAction.objects.get().runs == [run.pk]
+    scheduling.run_step(StepRun.objects.get(type="gate").pk)
+    answer = _call("BeforeClusterUpgrade", "main-1", ring="main")
+    assert answer.message == (
+        "workflow wave-main failed at step canaries: the rollout to v1.33.0 was abandoned by "
+        "ops:bob: 1.33 breaks our CNI; set the Cluster's version back (a new target version "
+        "is a new moment), or let it upgrade anyway with "
+        f'`{settings.MANAGE_PY} workflows release {run.pk} --reason "<why>"`'
+    )
+    why = io.StringIO()
+    call_command("workflows", "why", "fleet/main-1", "-o", "json", stdout=why)
+    [group] = json.loads(why.getvalue())["groups"]
+    commands = [w["command"] for w in group["runs"][0]["waysOut"]]
+    assert not [c for c in commands if "workflows retry" in c], commands
+    assert any(f"workflows release {run.pk}" in c for c in commands), commands
+
+    [shown] = rollouts.overview(access.unrestricted("test"))
+    assert (shown.state, shown.abandoned) == (
+        "abandoned",
+        "abandoned by ops:bob: 1.33 breaks our CNI",
+    )
+    assert [(m.cluster, m.state) for m in shown.waves[0].clusters] == [("fleet/main-1", "failed")]
+    listed = io.StringIO()
+    call_command("workflows", "rollout", "list", stdout=listed)
+    assert listed.getvalue().startswith("v1.33.0: abandoned by ops:bob: 1.33 breaks our CNI")
+    assert "fleet/main-1" in listed.getvalue()
+    listed_json = io.StringIO()
+    call_command("workflows", "rollout", "list", "-o", "json", stdout=listed_json)
+    assert json.loads(listed_json.getvalue())[0]["state"] == "abandoned"
+
+    page = admin_client.get(reverse("admin:workflows_rolloutaction_changelist"))
+    assert reverse("admin:workflows_run_change", args=[run.pk]) in page.content.decode()
+
+    call_command(
+        "workflows", "release", str(run.pk), "--reason", "upgrade main-1 anyway",
+        "--actor", "ops:bob",
+    )  # fmt: skip
+    assert _call("BeforeClusterUpgrade", "main-1", ring="main") == answers.PROCEED
+    assert rollouts.overview(access.unrestricted("test")) == [], "released: it holds nothing"
+
+
 def test_resuming_a_rollout_nothing_halts_is_refused(sent: list[Any]) -> None:
-    with pytest.raises(rollouts.RolloutError, match="no failed canary halts the rollout to v9"):
-        rollouts.rollout_resume(version="v9", actor="ops:ann", reason="why not")
+    with pytest.raises(
+        rollouts.RolloutError, match=r"no failed canary halts the rollout to v9\.0\.0"
+    ):
+        rollouts.rollout_resume(version="v9.0.0", actor="ops:ann", reason="why not")
 
 
 def test_a_rollout_reason_too_long_to_record_is_refused_before_anything_is_read(

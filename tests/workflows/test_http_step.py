@@ -7,13 +7,17 @@ whatever host the redirect names: CPython Lib/urllib/request.py
 HTTPRedirectHandler.redirect_request); a refused connection, a name that does not
 resolve, a TLS failure (an untrusted CA, a certificate for another name, an expired one,
 no TLS on the port), a receiver that never answers and one that hangs up each get their
-own message, deterministic and without the exception's text or the URL's credentials.
+own line in the operator's log, deterministic and without the exception's text or the URL's
+credentials; the step's message (shown to readers of runs, copied into CAPI's conditions)
+says only that the host did not answer, so the step is no port scanner. headersFromEnv sends
+only the variables HOOKSVC_HTTP_ENV_ALLOWLIST names.
 """
 
 from __future__ import annotations
 
 import datetime
 import http.server
+import logging
 import socket
 import ssl
 import threading
@@ -32,6 +36,18 @@ from workflows import errors
 from workflows.steps import registry
 
 SECRET = "sk-live-redirected-to-nowhere"
+
+
+def no_answer(caplog: pytest.LogCaptureFixture, url: str, **params: Any) -> str:
+    """What the operator's log says of a call to `url` that got no answer; the step's own
+    message says no more than that."""
+    caplog.set_level(logging.WARNING, logger="workflows.steps.http")
+    with pytest.raises(errors.TemporaryError) as raised:
+        call(url, **params)
+    host = url.split("/")[2]
+    assert raised.value.message == f"{host} did not answer (the worker's log says why)"
+    (record,) = [r for r in caplog.records if r.name == "workflows.steps.http"]
+    return record.getMessage().removeprefix("http step notify of run 3: ")
 
 
 def call(url: str, **params: Any) -> registry.Outcome:
@@ -97,9 +113,10 @@ class Recording(http.server.BaseHTTPRequestHandler):
 
 @pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
 def test_a_redirect_fails_the_step_naming_it_and_sends_nothing_there(
-    serve: Any, monkeypatch: pytest.MonkeyPatch, code: int
+    serve: Any, monkeypatch: pytest.MonkeyPatch, settings: Any, code: int
 ) -> None:
     monkeypatch.setenv("HOOKSVC_TEST_API_KEY", SECRET)
+    settings.HTTP_ENV_ALLOWLIST = frozenset({"HOOKSVC_TEST_API_KEY"})
     recorder: type[Recording] = type("Recorder", (Recording,), {"seen": []})
     target = serve(recorder)
     elsewhere = f"http://localhost:{target}/collect?sig=abc"
@@ -114,11 +131,10 @@ def test_a_redirect_fails_the_step_naming_it_and_sends_nothing_there(
     assert recorder.seen == [], "the redirect's target got a request (and the API key)"
 
 
-def test_a_refused_connection_says_so() -> None:
+def test_a_refused_connection_says_so(caplog: pytest.LogCaptureFixture) -> None:
     port = free_port()
-    with pytest.raises(errors.TemporaryError) as raised:
-        call(f"http://127.0.0.1:{port}/x")
-    assert raised.value.message == f"127.0.0.1:{port} refused the connection"
+    logged = no_answer(caplog, f"http://127.0.0.1:{port}/x")
+    assert logged == f"127.0.0.1:{port} refused the connection"
 
 
 def test_credentials_in_the_url_are_refused_when_the_template_is_applied() -> None:
@@ -133,32 +149,31 @@ def test_credentials_in_the_url_are_refused_when_the_template_is_applied() -> No
     )
 
 
-def test_a_name_that_does_not_resolve_says_so() -> None:
+def test_a_name_that_does_not_resolve_says_so(caplog: pytest.LogCaptureFixture) -> None:
     # .invalid never resolves (RFC 2606).
-    with pytest.raises(errors.TemporaryError) as raised:
-        call("https://receiver.hooksvc.invalid/x")
-    assert raised.value.message == "the name receiver.hooksvc.invalid did not resolve (DNS)"
+    logged = no_answer(caplog, "https://receiver.hooksvc.invalid/x")
+    assert logged == "the name receiver.hooksvc.invalid did not resolve (DNS)"
 
 
-def test_a_receiver_that_never_answers_times_out_with_the_steps_timeout() -> None:
+def test_a_receiver_that_never_answers_times_out_with_the_steps_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
         listening.listen(1)  # connections queue; nobody reads or answers
         port = listening.getsockname()[1]
-        with pytest.raises(errors.TemporaryError) as raised:
-            call(f"http://127.0.0.1:{port}/x", timeoutSeconds=1)
-    assert raised.value.message == f"127.0.0.1:{port} did not answer within 1 s"
+        logged = no_answer(caplog, f"http://127.0.0.1:{port}/x", timeoutSeconds=1)
+    assert logged == f"127.0.0.1:{port} did not answer within 1 s"
 
 
-def test_a_receiver_that_hangs_up_says_so(serve: Any) -> None:
+def test_a_receiver_that_hangs_up_says_so(serve: Any, caplog: pytest.LogCaptureFixture) -> None:
     class HangUp(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.close_connection = True  # no status line: the client sees the close
 
     port = serve(HangUp)
-    with pytest.raises(errors.TemporaryError) as raised:
-        call(f"http://127.0.0.1:{port}/x")
-    assert raised.value.message == f"127.0.0.1:{port} closed the connection without answering"
+    logged = no_answer(caplog, f"http://127.0.0.1:{port}/x")
+    assert logged == f"127.0.0.1:{port} closed the connection without answering"
 
 
 def expired(cert: x509.Certificate, ca_key: Any, key: Any) -> x509.Certificate:
@@ -227,6 +242,7 @@ def tls(tmp_path: Path, serve: Any) -> Any:
 def test_a_tls_failure_says_what_is_wrong_with_the_certificate(  # noqa: PLR0917
     tls: Any,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
     trusted: bool,
     hosts: tuple[str, ...],
     days: int,
@@ -235,9 +251,8 @@ def test_a_tls_failure_says_what_is_wrong_with_the_certificate(  # noqa: PLR0917
     if trusted:
         monkeypatch.setenv("SSL_CERT_FILE", str(tls.ca))
     port = tls(hosts, days)
-    with pytest.raises(errors.TemporaryError) as raised:
-        call(f"https://127.0.0.1:{port}/x")
-    assert raised.value.message == f"TLS with 127.0.0.1:{port} failed: {why}"
+    logged = no_answer(caplog, f"https://127.0.0.1:{port}/x")
+    assert logged == f"TLS with 127.0.0.1:{port} failed: {why}"
 
 
 def test_a_trusted_certificate_for_the_right_name_is_answered(
@@ -249,10 +264,9 @@ def test_a_trusted_certificate_for_the_right_name_is_answered(
     assert call(f"https://127.0.0.1:{port}/x") == registry.Done({"status": 204})
 
 
-def test_https_to_a_port_that_speaks_plain_http_says_so(receiver: Receiver) -> None:
+def test_https_to_a_port_that_speaks_plain_http_says_so(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
     port = receiver.server_address[1]
-    with pytest.raises(errors.TemporaryError) as raised:
-        call(f"https://127.0.0.1:{port}/hook")
-    assert raised.value.message == (
-        f"TLS with 127.0.0.1:{port} failed (does it serve HTTPS on that port?)"
-    )
+    logged = no_answer(caplog, f"https://127.0.0.1:{port}/hook")
+    assert logged == f"TLS with 127.0.0.1:{port} failed (does it serve HTTPS on that port?)"

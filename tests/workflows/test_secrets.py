@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -41,9 +42,11 @@ def test_credentials_reach_the_receiver_and_nothing_else(
     receiver: Receiver,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("HOOKSVC_TEST_API_KEY", API_KEY)
+    settings.HTTP_ENV_ALLOWLIST = frozenset({"HOOKSVC_TEST_API_KEY"})
     wf.template(
         "notify",
         steps=[
@@ -115,7 +118,8 @@ def test_a_password_in_the_url_is_not_in_the_step_error() -> None:
     )
 
 
-def test_a_missing_environment_variable_is_named_not_guessed() -> None:
+def test_a_missing_environment_variable_is_named_not_guessed(settings: Any) -> None:
+    settings.HTTP_ENV_ALLOWLIST = frozenset({"HOOKSVC_NOT_SET_ANYWHERE"})
     ctx = registry.StepContext(
         run_id=1,
         step_name="call",
@@ -152,7 +156,10 @@ def test_redaction_hides_header_values_and_credential_keys(shown: object, expect
 
 
 @pytest.mark.parametrize("variable", ["DATABASE_URL", "HOOKSVC_SECRET_KEY", "PGPASSWORD"])
-def test_a_template_cannot_send_hooksvcs_own_configuration_as_a_header(variable: str) -> None:
+def test_a_template_cannot_send_hooksvcs_own_configuration_as_a_header(
+    variable: str, settings: Any
+) -> None:
+    settings.HTTP_ENV_ALLOWLIST = frozenset({variable})  # listed by mistake: still refused
     with pytest.raises(registry.ParamError) as exc:
         registry.validate(
             "http",
@@ -162,3 +169,41 @@ def test_a_template_cannot_send_hooksvcs_own_configuration_as_a_header(variable:
     assert str(exc.value) == (
         f"headersFromEnv.X-Key: {variable} is hooksvc's own configuration, not a header"
     )
+
+
+def test_only_variables_the_allowlist_names_may_be_sent(settings: Any) -> None:
+    settings.HTTP_ENV_ALLOWLIST = frozenset({"NOTIFY_TOKEN"})
+    params = {"url": "https://hooks.example/notify", "headersFromEnv": {"X-Key": "NOTIFY_TOKEN"}}
+    assert registry.validate("http", params, hook="BeforeClusterUpgrade")["headersFromEnv"]
+    with pytest.raises(registry.ParamError) as exc:
+        registry.validate(
+            "http",
+            {**params, "headersFromEnv": {"X-Key": "AWS_SECRET_ACCESS_KEY"}},
+            hook="BeforeClusterUpgrade",
+        )
+    assert str(exc.value) == (
+        "headersFromEnv.X-Key: AWS_SECRET_ACCESS_KEY is not in HOOKSVC_HTTP_ENV_ALLOWLIST"
+        " (the variables steps may send)"
+    )
+
+
+def test_a_snapshot_naming_a_variable_off_the_allowlist_sends_nothing(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """A run that started before the allowlist (or on a worker without the name) fails for
+    good at the step, and the variable's value reaches no receiver."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", API_KEY)
+    settings.HTTP_ENV_ALLOWLIST = frozenset()
+    ctx = registry.StepContext(
+        run_id=1,
+        step_name="call",
+        step_type="http",
+        params={"url": receiver.url, "headersFromEnv": {"X-Key": "AWS_SECRET_ACCESS_KEY"}},
+        run_context={},
+        memo={},
+        attempt=1,
+    )
+    with pytest.raises(errors.PermanentError) as raised:
+        registry.get("http").run(ctx)
+    assert "AWS_SECRET_ACCESS_KEY is not in HOOKSVC_HTTP_ENV_ALLOWLIST" in str(raised.value)
+    assert receiver.received == []

@@ -17,7 +17,7 @@ from workflows.steps import registry
 KNOWN_HOOKS = (
     "BeforeClusterCreate, AfterControlPlaneInitialized, BeforeClusterUpgrade, "
     "BeforeControlPlaneUpgrade, AfterControlPlaneUpgrade, BeforeWorkersUpgrade, "
-    "AfterWorkersUpgrade, AfterClusterUpgrade, BeforeClusterDelete, ClusterDeleted"
+    "AfterWorkersUpgrade, AfterClusterUpgrade, BeforeClusterDelete, ClusterDeleted, UpdateMachine"
 )
 
 
@@ -271,7 +271,7 @@ def test_a_missing_hook_is_rejected() -> None:
         (
             {"kind": "ClusterProfile"},
             "document 1 (x): kind: unknown kind 'ClusterProfile' "
-            "(known: WorkflowTemplate, AddonProfile)",
+            "(known: WorkflowTemplate, AddonProfile, InPlacePolicy, UpgradePolicy)",
         ),
         (
             {"apiVersion": "hooksvc/v1"},

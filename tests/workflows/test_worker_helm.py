@@ -243,3 +243,45 @@ def test_a_helm_killed_mid_install_is_undone_and_the_next_attempt_installs(
     assert kube.get_object("apps", "v1", "deployments", ns, "demo-hello") is not None
     # The hung create ends within this test, whatever the emulator makes of it.
     time.sleep(max(0.0, started + 5.5 - time.monotonic()))
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie nobody reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_helm_does_not_outlive_its_sigkilled_pool_process(
+    hook_server: servers.HookServer, worker: Worker, cluster: KubeEmulator, tmp_path: Path
+) -> None:
+    """A pool process SIGKILLed mid-install (an out-of-memory kill) takes its helm along:
+    helm runs under workflows/steps/childguard.py, which the kernel signals when the pool
+    process's thread ends (prctl(2) PR_SET_PDEATHSIG) and which passes SIGTERM on; helm
+    v3.17 then records the release failed (cmd/helm/install.go's signal handler,
+    pkg/action/install.go failRelease) and exits. Before, helm was re-parented to init and
+    kept installing beside whatever the next attempt did."""
+    kube, ns = cluster, "web-orphan"
+    kube.delay_next("POST", f"/namespaces/{ns}/configmaps$", 8)
+    started = time.monotonic()
+    release = {"release": "demo", "chart": CHART, "namespace": ns, "values": {"replicaCount": 1}}
+    step = {"name": "addons", "type": "addon_install", "with": {"charts": [release]}}
+    apply(tmp_path, documents.template("helm-orphan", clusterSelector={}, steps=[step]))
+    call_hook(hook_server, "BeforeClusterUpgrade")
+    wait_for("the pending revision", lambda: _revisions(kube, ns) == [(1, "pending-install")])
+    wait_for("helm", lambda: _helm_upgrades(worker.process.pid) if worker.process else [])
+    assert worker.process is not None
+    [helm_pid] = _helm_upgrades(worker.process.pid)
+    below = [helm_pid]  # helm, what runs it, up to the pool process
+    while (parent := _parent(below[-1])) != worker.process.pid:
+        below.append(parent)
+    os.kill(below[-1], signal.SIGKILL)
+    wait_for("helm to end", lambda: not any(map(_alive, below)), timeout=15)
+    wait_for("helm's own record", lambda: (1, "failed") in _revisions(kube, ns), timeout=15)
+    # The hung create ends within this test, whatever the emulator makes of it.
+    time.sleep(max(0.0, started + 8.5 - time.monotonic()))

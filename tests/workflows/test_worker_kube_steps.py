@@ -3,7 +3,8 @@
 CAPI calls the hook over HTTPS; the worker (its management cluster is the emulator, through
 HOOKSVC_KUBECONFIG) reads the workload kubeconfig Secret, snapshots the PVC and polls; the
 test plays the snapshot controller; the run's start and success end up as Events on the
-Cluster. Velero's Backups: a restart mid-backup, and a storage location unavailable at first.
+Cluster. Velero's Backups: a restart mid-backup, a storage location unavailable at first, and a
+namespace pattern whose volumes Velero skipped.
 A conformance step cancelled by an operator, or by `onDeadline: Fail`, has its
 Namespace and ClusterRoleBinding deleted by the worker's cleanup task.
 
@@ -144,7 +145,7 @@ def test_an_api_server_that_fails_and_goes_down_delays_the_run_but_nothing_happe
     assert run.steps.get().failures >= 2, "the 500s and 429s were retried"
 
 
-def velero_setup(kube: KubeEmulator) -> None:
+def velero_setup(kube: KubeEmulator, namespaces: tuple[str, ...] = ("shop",)) -> None:
     """backup_setup's cluster with Velero's namespace, and a template that backs up with
     Velero before a deletion."""
     backup_setup(kube)
@@ -152,7 +153,7 @@ def velero_setup(kube: KubeEmulator) -> None:
     step = {
         "name": "backup",
         "type": "backup_pvs",
-        "with": {"backend": "velero", "namespaces": ["shop"], "pollSeconds": 1},
+        "with": {"backend": "velero", "namespaces": list(namespaces), "pollSeconds": 1},
     }
     wf.template(
         "backup-before-delete", hook="BeforeClusterDelete", retryAfterSeconds=1, steps=[step]
@@ -223,6 +224,24 @@ def test_a_storage_location_unavailable_at_first_holds_the_deletion_until_a_new_
     output = run.steps.get().output
     assert [a["phase"] for a in output["attempts"]] == ["FailedValidation", "Completed"]
     assert len(kube.list_objects("velero.io", "v1", "backups")) == 2
+
+
+def test_a_backup_of_a_namespace_pattern_that_skipped_every_volume_holds_the_deletion(
+    hook_server: servers.HookServer, worker: Worker, kube: KubeEmulator
+) -> None:
+    """vmware-tanzu/velero v1.18.1 pkg/util/wildcard/expand.go: `sho*` is expanded against
+    the live namespaces (shop), the spec keeps `sho*`; pkg/backup/item_backupper.go skips a
+    volume no snapshotter applies to and the Backup still completes. Read as a namespace's
+    name, `sho*` covered "0 of 0" volumes and the deletion went on without a backup."""
+    velero_setup(kube, namespaces=("sho*",))
+    kube.add_controller(VeleroServer(volume_snapshotter=None, duration=0.5))
+    assert call_delete(hook_server)["retryAfterSeconds"] == 1
+    wait_for("the run to fail", lambda: Run.objects.get().state == "failed")
+    step = Run.objects.get().steps.get()
+    assert step.message.endswith("completed but backed up 0 of 1 volumes (Velero skips a volume "
+                                 "it has no snapshotter for)"), step.message  # fmt: skip
+    answer = call_delete(hook_server)
+    assert answer["retryAfterSeconds"] > 0, f"the deletion must stay held: {answer}"
 
 
 def conformance_setup(kube: KubeEmulator, **spec_fields: Any) -> None:

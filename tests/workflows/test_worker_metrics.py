@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import hooksvc
 from tests.support import servers
 from tests.support import workflows as wf
 from tests.support.worker import Worker
@@ -36,3 +37,5 @@ def test_a_worker_serves_its_step_metrics_on_its_own_port(no_worker: None, tmp_p
     finally:
         worker.stop()
     assert 'hooksvc_step_duration_seconds_count{type="noop"}' in text
+    # Which build each worker runs, as a rollout replaces them (hooksvc.build).
+    assert f'version="{hooksvc.__version__}"' in text

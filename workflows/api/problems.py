@@ -17,7 +17,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions, serializers, status, views
 from rest_framework.response import Response
@@ -41,6 +43,7 @@ CODES: Mapping[str, tuple[int, str]] = {
     "method_not_allowed": (405, "Method not allowed"),
     "not_acceptable": (406, "Not acceptable"),
     "unsupported_media_type": (415, "Unsupported media type"),
+    "payload_too_large": (413, "Request body too large"),
     "parse_error": (400, "Malformed request"),
     "invalid": (400, "Invalid input"),
     "not_applicable": (409, "The action does not apply now"),
@@ -67,6 +70,12 @@ class Unavailable(exceptions.APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_detail = "the identity provider could not be reached"
     default_code = "provider_unreachable"
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "the request body is larger than the API reads"
+    default_code = "payload_too_large"
 
 
 class FieldProblem(serializers.Serializer):  # type: ignore[type-arg]
@@ -153,6 +162,10 @@ def handler(exc: Exception, context: Mapping[str, Any]) -> Response:
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
+    elif isinstance(exc, RequestDataTooBig):
+        exc = PayloadTooLarge(
+            f"the request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"
+        )
     response = views.exception_handler(exc, dict(context))
     if response is None or not isinstance(exc, exceptions.APIException):
         # Not an API error: log it whole, answer without its text.

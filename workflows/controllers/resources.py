@@ -1,6 +1,7 @@
 """The resource controller: hooksvc's custom resources kept in sync with PostgreSQL.
 
-One `Resources` loop per kind (WorkflowTemplate, AddonProfile of `hooks.hooksvc.io`)
+One `Resources` loop per kind (WorkflowTemplate, AddonProfile, InPlacePolicy,
+UpgradePolicy of `hooks.hooksvc.io`)
 lists and watches the resources (`workflows.controllers.listwatch`) and applies each
 with the validation and the writers apply_workflows uses (`spec.resource_spec`,
 `apply.template_upsert`, `apply.profile_upsert` and `templates_sync`), as templates and
@@ -38,9 +39,10 @@ from django.db import transaction
 
 from hooksvc import metrics
 from workflows.controllers import listwatch
-from workflows.definitions import addons, apply, crds, fields, spec
+from workflows.definitions import addons, apply, crds, fields, policies, spec
 from workflows.kube import k8s
 from workflows.models import AddonProfile, WorkflowTemplate
+from workflows.policy_model import Policy
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +174,10 @@ class Resources(listwatch.ListWatch):
         try:
             if self.kind == "WorkflowTemplate":
                 outcome = apply.template_upsert(name=name, spec_=body, source=spec.RESOURCE)
+            elif self.kind in apply.POLICY_KINDS:
+                outcome = apply.policy_upsert(
+                    kind=self.kind, name=name, spec_=body, source=spec.RESOURCE
+                )
             else:
                 problems, outcome = self._profile_apply(name, body)
                 if problems:
@@ -209,6 +215,8 @@ class Resources(listwatch.ListWatch):
         if self.kind == "WorkflowTemplate":
             found = WorkflowTemplate.objects.filter(name=name, managed_by=spec.RESOURCE).first()
             return {"steps": len(found.spec["steps"])} if found is not None else {}
+        if self.kind in apply.POLICY_KINDS:
+            return {}
         if not AddonProfile.objects.filter(name=name, managed_by=spec.RESOURCE).exists():
             return {}
         owned = WorkflowTemplate.objects.filter(managed_by=addons.managed_by(name))
@@ -220,13 +228,25 @@ class Resources(listwatch.ListWatch):
             if self.kind == "WorkflowTemplate":
                 # Runs keep their spec snapshot: Run.template is SET_NULL.
                 WorkflowTemplate.objects.filter(name__in=names, managed_by=spec.RESOURCE).delete()
+            elif self.kind in apply.POLICY_KINDS:
+                policies.forget()
+                Policy.objects.filter(
+                    kind=self.kind, name__in=names, managed_by=spec.RESOURCE
+                ).delete()
             else:
                 AddonProfile.objects.filter(name__in=names, managed_by=spec.RESOURCE).delete()
                 apply.templates_sync()
 
     def _remove_missing(self) -> list[str]:
-        model = WorkflowTemplate if self.kind == "WorkflowTemplate" else AddonProfile
-        stored = model.objects.filter(managed_by=spec.RESOURCE).values_list("name", flat=True)
+        stored: set[str]
+        if self.kind in apply.POLICY_KINDS:
+            policies = Policy.objects.filter(kind=self.kind, managed_by=spec.RESOURCE)
+            stored = set(policies.values_list("name", flat=True))
+        else:
+            model = WorkflowTemplate if self.kind == "WorkflowTemplate" else AddonProfile
+            stored = set(
+                model.objects.filter(managed_by=spec.RESOURCE).values_list("name", flat=True)
+            )
         gone = sorted(set(stored) - set(self.objects))
         if gone:
             self._remove(gone)

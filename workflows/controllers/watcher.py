@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from django.db import transaction
 from prometheus_client import CollectorRegistry, generate_latest
 
-from hooksvc import metrics
+from hooksvc import build, metrics
 from hooksvc.contract import catalog, wire
 from workflows.controllers import listwatch
 from workflows.definitions import addons, typed
@@ -215,6 +215,7 @@ for _metric in (
     metrics.RESOURCE_WRITES,
 ):
     _REGISTRY.register(_metric)
+_REGISTRY.register(build.BuildInfo())
 
 
 class Healthy(Protocol):

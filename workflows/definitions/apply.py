@@ -19,8 +19,12 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from workflows.definitions import addons, spec
+from workflows.definitions import addons, policies, spec
 from workflows.models import AddonProfile, WorkflowTemplate
+from workflows.policy_model import Policy
+
+#: The policy kinds, written by `policy_upsert`.
+POLICY_KINDS = (policies.IN_PLACE, policies.UPGRADE)
 
 #: `managed_by` of what apply_workflows and the admin make.
 OPERATOR = ""
@@ -120,6 +124,53 @@ def profile_upsert(*, name: str, spec_: Mapping[str, Any], source: str = OPERATO
         return Outcome.UPDATED
 
 
+def policy_upsert(
+    *, kind: str, name: str, spec_: Mapping[str, Any], source: str = OPERATOR
+) -> Outcome:
+    """Make the policy `kind`/`name` of `source` hold `spec_`, with the generation rule of
+    `template_upsert`; raises SourceConflict when the name belongs to another source."""
+    policies.forget()
+    with transaction.atomic():
+        lock()
+        policy = Policy.objects.select_for_update().filter(kind=kind, name=name).first()
+        if policy is None:
+            Policy.objects.create(kind=kind, name=name, spec=dict(spec_), managed_by=source)
+            return Outcome.CREATED
+        if policy.managed_by != source:
+            raise SourceConflict(kind, name, policy.managed_by)
+        if policy.spec == spec_:
+            return Outcome.UNCHANGED
+        policy.spec = dict(spec_)
+        policy.generation += 1
+        policy.save(update_fields=["spec", "generation", "updated_at"])
+        return Outcome.UPDATED
+
+
+def _policies_apply(
+    documents: Sequence[spec.Document], *, prune: bool
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Upsert the policies of `documents` (and prune the operator's others): problems, and
+    `kind/name` by outcome."""
+    problems: list[str] = []
+    report: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": [], "pruned": []}
+    for doc in documents:
+        try:
+            outcome = policy_upsert(kind=doc.kind, name=doc.name, spec_=doc.spec)
+        except SourceConflict as exc:
+            problems.append(_conflict(doc, exc))
+            continue
+        report[outcome.value].append(f"{doc.kind}/{doc.name}")
+    if prune:
+        given = {(d.kind, d.name) for d in documents}
+        stale = [
+            p for p in Policy.objects.filter(managed_by=OPERATOR) if (p.kind, p.name) not in given
+        ]
+        report["pruned"] = sorted(f"{p.kind}/{p.name}" for p in stale)
+        policies.forget()
+        Policy.objects.filter(pk__in=[p.pk for p in stale]).delete()
+    return problems, report
+
+
 def templates_sync(*, dry_run: bool = False) -> dict[str, list[str]]:
     """Make the templates generated from profiles match the stored profiles; names by change.
 
@@ -168,6 +219,11 @@ class ApplyReport:
     generated_created: tuple[str, ...] = ()
     generated_updated: tuple[str, ...] = ()
     generated_deleted: tuple[str, ...] = ()
+    #: Policies, as `Kind/name`, by what applying did to them.
+    policies_created: tuple[str, ...] = ()
+    policies_updated: tuple[str, ...] = ()
+    policies_unchanged: tuple[str, ...] = ()
+    policies_pruned: tuple[str, ...] = ()
 
 
 def templates_apply(
@@ -207,6 +263,11 @@ def templates_apply(
                 # Runs keep their spec snapshot: Run.template is SET_NULL.
                 stale.delete()
         profiles = _profiles_apply(profile_docs, prune=prune)
+        policy_problems, policy_report = _policies_apply(
+            [d for d in documents if d.kind in POLICY_KINDS], prune=prune
+        )
+        if policy_problems:
+            raise spec.SpecError(policy_problems)
         generated = templates_sync()
         if dry_run:
             # Profiles are written and their templates generated, then all is rolled back:
@@ -224,6 +285,10 @@ def templates_apply(
         generated_created=tuple(generated["created"]),
         generated_updated=tuple(generated["updated"]),
         generated_deleted=tuple(generated["deleted"]),
+        policies_created=tuple(policy_report["created"]),
+        policies_updated=tuple(policy_report["updated"]),
+        policies_unchanged=tuple(policy_report["unchanged"]),
+        policies_pruned=tuple(policy_report["pruned"]),
     )
 
 

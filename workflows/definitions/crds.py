@@ -1,6 +1,7 @@
 """hooksvc's CustomResourceDefinitions, generated from the definitions apply_workflows checks with.
 
-`WorkflowTemplate` and `AddonProfile` of the API group `hooks.hooksvc.io` carry the same
+`WorkflowTemplate`, `AddonProfile`, `InPlacePolicy` and `UpgradePolicy` of the API group
+`hooks.hooksvc.io` carry the same
 spec as apply_workflows' documents; their spec's `openAPIV3Schema` comes from
 `workflows.definitions.schemas`, and this module wraps it in the CRD: names, status and its
 `Accepted` condition, printer columns. `manage.py crds` prints or writes them (`make crds`
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import yaml
 
-from workflows.definitions import schemas, spec
+from workflows.definitions import policy_schemas, schemas, spec
 from workflows.steps import registry
 
 VERSION = "v1alpha1"
@@ -95,7 +96,7 @@ def _status(kind: str) -> Schema:
             "description": "How many steps the template hooksvc runs has.",
             "minimum": 0,
         }
-    else:
+    elif kind == "AddonProfile":
         properties["templates"] = {
             "type": "array",
             "description": "The WorkflowTemplates hooksvc generated from this profile.",
@@ -124,10 +125,12 @@ def _columns(kind: str) -> list[Schema]:
             {"name": "Steps", "type": "integer", "jsonPath": ".status.steps"},
             *accepted,
         ]
-    return [
-        {"name": "Deletion", "type": "string", "jsonPath": ".spec.clusterDeletionBehavior"},
-        *accepted,
-    ]
+    if kind == "AddonProfile":
+        return [
+            {"name": "Deletion", "type": "string", "jsonPath": ".spec.clusterDeletionBehavior"},
+            *accepted,
+        ]
+    return accepted
 
 
 def definition(kind: str, types: Mapping[str, registry.StepType]) -> Schema:
@@ -136,9 +139,16 @@ def definition(kind: str, types: Mapping[str, registry.StepType]) -> Schema:
     if kind == "WorkflowTemplate":
         name = schemas.dns_name("The template's name, as runs and waitFor name it.")
         body = schemas.template_spec(types)
-    else:
+    elif kind == "AddonProfile":
         name = schemas.dns_name("The profile's name.", max_length=spec.MAX_PROFILE_NAME)
         body = schemas.profile_spec()
+    else:
+        name = schemas.dns_name("The policy's name.")
+        body = (
+            policy_schemas.in_place_spec()
+            if kind == "InPlacePolicy"
+            else policy_schemas.upgrade_spec()
+        )
     root = {
         "type": "object",
         "description": f"A hooksvc {kind}, kept in sync with hooksvc by its resource controller.",

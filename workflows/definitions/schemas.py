@@ -88,7 +88,7 @@ def _string_map(text: str) -> Schema:
     return {"type": "object", "description": text, "additionalProperties": {"type": "string"}}
 
 
-def _object(text: str, properties: Mapping[str, Schema], known: Sequence[str]) -> Schema:
+def object_schema(text: str, properties: Mapping[str, Schema], known: Sequence[str]) -> Schema:
     if tuple(properties) != tuple(known):
         # The schema must list exactly what workflows.definitions.spec accepts.
         raise AssertionError(f"schema fields {list(properties)} differ from {list(known)}")
@@ -200,7 +200,7 @@ def _step(types: Mapping[str, registry.StepType]) -> Schema:
         if required:
             branch["required"] = ["with"]
         branches.append(branch)
-    step = _object(
+    step = object_schema(
         "One step of the workflow.",
         {
             "name": dns_name("The step's name, unique in the template."),
@@ -281,7 +281,7 @@ def _retry_after() -> Schema:
 
 def template_spec(types: Mapping[str, registry.StepType]) -> Schema:
     """The schema of a WorkflowTemplate's spec."""
-    schema = _object(
+    schema = object_schema(
         "What runs when a hook is called for a matching Cluster (docs: templates.md).",
         {
             "hook": {
@@ -330,7 +330,7 @@ def profile_spec() -> Schema:
         "properties": {p: param_schema(x) for p, x in install.params.items()},
         "x-kubernetes-preserve-unknown-fields": True,
     }
-    schema = _object(
+    schema = object_schema(
         "Add-ons for matching Clusters, removed at their deletion (docs: addon-profiles.md).",
         {
             "clusterSelector": _selector(),

@@ -108,9 +108,18 @@ def run_awaiting_person(
     )
 
 
+def names_ways_out(reason: str) -> bool:
+    """A step's failure that names its own ways on (a hint): a retry would fail again, as
+    for a gate of an abandoned rollout, so no retry is suggested beside them."""
+    return _HINT.search(reason) is not None
+
+
 def run_failed_at_step(run_id: int, name: str, step: str, reason: str) -> str:
     head = f"workflow {name} failed at step {step}: "
     hint = f"; retry it with `{retry_command(run_id, step)}`"
+    own = _HINT.search(reason)
+    if own is not None:
+        reason, hint = reason[: own.start()], reason[own.start() :]
     # The step's reason gives way, never the hint.
     room = MAX_LENGTH - len(head) - len(hint)
     if len(reason) > room:

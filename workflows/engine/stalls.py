@@ -15,7 +15,8 @@ that waits for a person never stalls: it shows as awaiting approval, and its run
 deadline bounds it. Everything below reads the whole fleet in one query: `where` (steps),
 `of_runs` and `annotate` (runs), `by_type` (the hooksvc_steps_stalled gauge); `notice`
 (the reconciler's pass, workflows.tasks) sends one Warning Event on the Cluster per new
-stall; `describe` is what `workflows why` and the API say of one step.
+stall; `describe` is what `workflows why`, a run's page and the API say of one step, and
+`wording` how each of them puts it in words.
 
 Times: `progress_at` is on the database's clock (the trigger's statement_timestamp()), as
 worker heartbeats are, and so are the reconciler's pass and the gauge (`now` None: SQL's
@@ -140,6 +141,12 @@ def of_annotated(run: Run, now: datetime.datetime) -> dict[str, Any] | None:
         "for": durations.span((now - since).total_seconds()),
         "normal": durations.span(getattr(run, "stalled_normal", None) or 0),
     }
+
+
+def wording(step: str, quiet_for: str, normal: str) -> str:
+    """How every page and command says a stall: "step conformance stalled: no progress for
+    47 min (normal: up to 30 min)" (the fleet, a run's page, `workflows why`)."""
+    return f"step {step} stalled: no progress for {quiet_for} (normal: up to {normal})"
 
 
 def by_type(now: datetime.datetime | None = None) -> dict[str, int]:

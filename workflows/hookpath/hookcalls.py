@@ -50,16 +50,44 @@ def record(
     latency_ms: float,
 ) -> None:
     """Keep one row for the admin: buffered, or written now when flushing is off."""
-    global _dropped
-    row = HookCall(
-        # The time of the call, not of the write.
-        at=clock.now(),
+    record_row(
         hook=call.hook.name,
         handler=handler,
         cluster_key=call.cluster.key,
         cluster_namespace=call.cluster.namespace,
         cluster_name=call.cluster.name,
         moment=selection.moment_key(call),
+        status=status,
+        message=message,
+        retry_after=retry_after,
+        latency_ms=latency_ms,
+    )
+
+
+def record_row(
+    *,
+    hook: str,
+    handler: str,
+    cluster_key: str,
+    cluster_namespace: str,
+    cluster_name: str,
+    moment: str,
+    status: str,
+    message: str,
+    retry_after: int | None,
+    latency_ms: float,
+) -> None:
+    """`record` for any hook: the optional hooks name a Machine's cluster and moment."""
+    global _dropped
+    row = HookCall(
+        # The time of the call, not of the write.
+        at=clock.now(),
+        hook=hook,
+        handler=handler,
+        cluster_key=cluster_key[:320],
+        cluster_namespace=cluster_namespace,
+        cluster_name=cluster_name,
+        moment=moment[:200],
         status=status,
         retry_after=retry_after,
         message=message[:1000],

@@ -102,6 +102,17 @@ class KubeconfigUnavailable(K8sError, errors.TemporaryError):
     """No usable kubeconfig for the cluster (yet)."""
 
 
+class NotConfigured(K8sError, errors.PermanentError):
+    """No usable management cluster in hooksvc's settings: waiting heals nothing."""
+
+
+SETTING_ADVICE = (
+    "set HOOKSVC_KUBECONFIG to the management cluster's kubeconfig file, or run hooksvc in a "
+    "Pod with a ServiceAccount"
+)
+POD_ADVICE = "mount the Pod's ServiceAccount token (automountServiceAccountToken)"
+
+
 class Gone(K8sError):
     """The watch's resourceVersion is too old (410 Gone): list again."""
 
@@ -303,8 +314,10 @@ def _load(source: tuple[Any, ...], configuration: kubernetes.client.Configuratio
             )
     except Exception:
         # Dropped: the loader's message may quote the file (YAML errors show the line).
-        where = "the in-cluster ServiceAccount" if source[0] == "in-cluster" else source[1]
-        raise KubeconfigUnavailable(f"kubeconfig {where} is not usable") from None
+        in_pod = source[0] == "in-cluster"
+        where = "the in-cluster ServiceAccount" if in_pod else source[1]
+        advice = POD_ADVICE if in_pod else SETTING_ADVICE
+        raise NotConfigured(f"kubeconfig {where} is not usable: {advice}") from None
 
 
 def management_configured() -> bool:
@@ -324,7 +337,7 @@ def management_api() -> ApiClient:
         try:
             stat = os.stat(path)
         except OSError:
-            raise KubeconfigUnavailable(f"kubeconfig {path} not found") from None
+            raise NotConfigured(f"kubeconfig {path} not found: {SETTING_ADVICE}") from None
         source = ("file", path, stat.st_mtime_ns, stat.st_size)
     with _lock:
         if _management is None or _management[0] != source:

@@ -20,7 +20,7 @@ from django.db import transaction
 
 from workflows.definitions import addons, apply, spec
 from workflows.models import AddonProfile, WorkflowTemplate
-from workflows.operators import access
+from workflows.operators import access, redaction
 
 KINDS = {"WorkflowTemplate": WorkflowTemplate, "AddonProfile": AddonProfile}
 
@@ -43,20 +43,34 @@ def summary(obj: WorkflowTemplate | AddonProfile) -> dict[str, Any]:
         "managedBy": obj.managed_by,
         "source": apply.origin(kind, obj.name, obj.managed_by),
         "editable": obj.managed_by == apply.OPERATOR,
-        "spec": obj.spec,
+        # Inline header values and credential-like keys: the same redaction as every page.
+        "spec": redaction.redact(obj.spec),
         "createdAt": obj.created_at.isoformat(),
         "updatedAt": obj.updated_at.isoformat(),
     }
 
 
 def document_of(kind: str, name: str, data: Any) -> spec.Document:
-    """`data` (a document as apply_workflows reads it) validated as `kind` named `name`."""
-    document = spec.validate(data, 1)
+    """`data` (a document as apply_workflows reads it) validated as `kind` named `name`;
+    the placeholders of a redacted document stand for the stored values."""
+    document = spec.validate(with_stored_secrets(kind, name, data), 1)
     if document.kind != kind:
         raise spec.SpecError([f"kind: {kind} is written here, got {document.kind}"])
     if document.name != name:
         raise spec.SpecError([f"metadata.name: must be {name!r}, the name in the path"])
     return document
+
+
+def with_stored_secrets(kind: str, name: str, data: Any) -> Any:
+    """`data` with each redaction placeholder in its spec replaced by the stored object's
+    value at that place; a placeholder with nothing behind it is a SpecError."""
+    if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
+        return data
+    stored = KINDS[kind]._default_manager.filter(name=name).values_list("spec", flat=True).first()
+    restored, missing = redaction.restore(data["spec"], stored or {}, "spec")
+    if missing:
+        raise spec.SpecError(redaction.placeholder_problems(missing))
+    return {**data, "spec": restored}
 
 
 def _require_edit(actor: str | access.Actor, kind: str) -> None:

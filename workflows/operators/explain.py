@@ -152,6 +152,7 @@ def _run(run: Run, now: datetime.datetime, actor: access.Actor) -> dict[str, Any
     return {
         "run": selectors.run_summary(run),
         "heldSince": _time(held.since) if held else None,
+        "heldSeconds": int(held.seconds(now)) if held else None,
         "heldFor": held.describe(now) if held else "",
         "step": {
             "name": current.name,
@@ -186,7 +187,12 @@ def _ways_out(
             if states.step_waits_for_person(step):
                 command = messages.approve_command(run.pk, step.name)
                 ways.append(_way("approve it", "approve", run.pk, command, step.name))
-    if state in (states.State.FAILED, states.State.CANCELLED):
+    # A step whose failure names its own ways on (a gate of an abandoned rollout) would
+    # fail again if retried: its message says what works instead.
+    retry_fails = any(
+        s.state == StepRun.State.FAILED and messages.names_ways_out(s.message) for s in steps
+    )
+    if state in (states.State.FAILED, states.State.CANCELLED) and not retry_fails:
         ways.append(_way("retry it", "retry", run.pk, messages.retry_command(run.pk)))
     blocker = selectors.blocked_by(run, actor=actor) if state == states.State.PENDING else None
     if blocker is not None:

@@ -98,7 +98,37 @@ def actor_named(username: str, *, channel: str = "cli") -> Actor:
             f"no user {username!r}: people who signed in through the identity provider are "
             "named by their e-mail; local accounts by their username"
         )
+    identity = _identity(user)
+    if identity is not None and identity.issuer != settings.OIDC_ISSUER:
+        # Their grants would be none here, and every answer an empty one said with confidence.
+        known = (
+            f"only {settings.OIDC_ISSUER}"
+            if settings.OIDC_ISSUER
+            else "no provider (HOOKSVC_OIDC_ISSUER is unset)"
+        )
+        raise LookupError(
+            f"{username!r} signs in through {identity.issuer}, and this process knows {known}:"
+            " run it beside the `make run` that serves with that provider (it reads its"
+            " settings from var/make-run.json), or export the HOOKSVC_OIDC_* and"
+            " HOOKSVC_ROLES_FILE settings the server has"
+        )
     return actor_of_user(user, channel=channel)
+
+
+def no_role(actor: Actor, username: str) -> str:
+    """Why the user `username` (as `actor`) may see nothing; "" when they may see something."""
+    if actor.grants:
+        return ""
+    if actor.subject:
+        if not settings.ROLES_FILE:
+            return f"{username} gets no role: HOOKSVC_ROLES_FILE is unset, so no group gives one"
+        return (
+            f"{username} gets no role: no rule of HOOKSVC_ROLES_FILE {settings.ROLES_FILE}"
+            " names a group of their last sign-in"
+        )
+    if not settings.LOCAL_LOGIN:
+        return f"{username} gets no role: local accounts count for nothing (HOOKSVC_LOCAL_LOGIN=0)"
+    return f"{username} gets no role: a local account needs staff status to view"
 
 
 def _username(issuer: str, subject: str, email: str) -> str:
@@ -115,6 +145,23 @@ def _username(issuer: str, subject: str, email: str) -> str:
     # take their account over; a suffix from issuer and subject keeps this one apart.
     tag = hashlib.sha256(f"{issuer}\n{subject}".encode()).hexdigest()[:10]
     return f"{wanted[: _USERNAME_LENGTH - 11]}~{tag}"
+
+
+def verified_email(claims: Mapping[str, Any]) -> str:
+    """The e-mail claim, when the provider says it verified the address (`email_verified`,
+    OpenID Connect Core 1.0 section 5.1: "true if the End-User's e-mail address has been
+    verified; otherwise false"), else "". A provider that lets people type any address
+    would otherwise let them be recorded (and named) as someone else.
+    HOOKSVC_OIDC_TRUST_UNVERIFIED_EMAIL takes the claim as it is, for providers that give
+    only addresses they manage and send no `email_verified` (Entra ID)."""
+    email = claims.get("email")
+    if not isinstance(email, str) or not email:
+        return ""
+    verified = claims.get("email_verified")
+    # Some providers (AWS Cognito) send the boolean as a string.
+    if verified is True or verified == "true" or settings.OIDC_TRUST_UNVERIFIED_EMAIL:
+        return email
+    return ""
 
 
 def groups_of(claims: Mapping[str, Any], claim: str) -> list[str]:

@@ -3,8 +3,19 @@
 Authlib is the client: it reads the provider's discovery document
 (`<issuer>/.well-known/openid-configuration`), sends the browser there with a state, a nonce
 and a PKCE challenge, and on the way back exchanges the code and validates the ID token: its
-signature against the provider's published keys (fetched again when a key is unknown), its
-issuer (`iss`, exactly HOOKSVC_OIDC_ISSUER), audience (the client ID), expiry and nonce.
+signature against the provider's published keys, its issuer (`iss`, exactly
+HOOKSVC_OIDC_ISSUER), audience (the client ID), expiry and nonce.
+
+The keys (JWKS) are cached for the process. authlib fetches them again only when a token
+names a key ID (`kid`) the cache lacks (authlib 1.9
+integrations/base_client/sync_openid.py, OpenIDMixin.parse_id_token: `except
+InvalidKeyIdError` -> fetch_jwk_set(force=True)); a token without `kid` is checked against
+the one cached key (joserfc _keys.py KeySet.get_by_kid: no kid and one key -> that key), so
+after a provider rotated a key without naming it, every sign-in failed with a bad signature
+until something else refreshed the cache. Here any signature that the cached keys do not
+verify makes the keys be fetched again, at most every KEYS_REFRESH_SECONDS per process (so
+forged tokens cannot make hooksvc hammer the provider), for sign-in and the API's bearer
+tokens alike (`refresh_keys`).
 Chosen over mozilla-django-oidc, which checks neither `iss` nor `aud` and matches users by
 e-mail, and over django-allauth, whose account, sign-up and e-mail flows hooksvc has no use
 for. The person is then the Django user of their issuer and subject
@@ -15,6 +26,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
+import time
 from typing import Any
 
 import requests
@@ -32,7 +45,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from joserfc.errors import JoseError
+from joserfc.errors import BadSignatureError, InvalidKeyIdError, JoseError
 
 from workflows.operators import identities
 
@@ -68,8 +81,35 @@ class _Session(OAuth2Session):  # type: ignore[misc]
         return super().request(method, url, *args, **kwargs)
 
 
+#: The cached keys are fetched again, when a signature fails, at most this often.
+KEYS_REFRESH_SECONDS = 10.0
+_refreshed = [0.0]
+_refresh_lock = threading.Lock()
+
+
+def refresh_keys() -> bool:
+    """Fetch the provider's keys again unless that was done less than KEYS_REFRESH_SECONDS
+    ago; whether it was (the caller then verifies once more)."""
+    with _refresh_lock:
+        if _refreshed[0] and time.monotonic() - _refreshed[0] < KEYS_REFRESH_SECONDS:
+            return False
+        _refreshed[0] = time.monotonic()
+    client().fetch_jwk_set(force=True)
+    return True
+
+
 class _App(DjangoOAuth2App):  # type: ignore[misc]
     client_cls = _Session
+
+    def parse_id_token(self, token: Any, nonce: Any, *args: Any, **kwargs: Any) -> Any:
+        """authlib's, with the keys fetched again when they verify no signature (a rotated
+        key without `kid`: see the module's docstring)."""
+        try:
+            return super().parse_id_token(token, nonce, *args, **kwargs)
+        except (BadSignatureError, InvalidKeyIdError):
+            if not refresh_keys():
+                raise
+        return super().parse_id_token(token, nonce, *args, **kwargs)
 
 
 class _Registry(OAuth):  # type: ignore[misc]
@@ -108,6 +148,7 @@ def client() -> DjangoOAuth2App:
 def _forget(setting: str, **kwargs: Any) -> None:
     if setting.startswith("OIDC_"):
         client.cache_clear()
+        _refreshed[0] = 0.0
 
 
 def _claims_options() -> dict[str, Any]:
@@ -181,7 +222,7 @@ def callback(request: HttpRequest) -> HttpResponse:
     user = identities.signed_in(
         issuer=settings.OIDC_ISSUER,
         subject=str(claims["sub"]),
-        email=str(claims.get("email") or ""),
+        email=identities.verified_email(claims),
         groups=groups,
         now=timezone.now(),
     )

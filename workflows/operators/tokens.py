@@ -8,6 +8,8 @@ every namespace) and always expires, at most MAX_LIFETIME after it is made. Maki
 revoking need every permission in every namespace (the `admin` role, or a local
 superuser). The API (workflows.api.auth) calls `authenticate` with what a request carries:
 the token's Actor, named `token:<name>` in the run history, or `Refused` with a stable code.
+A token made by a person works only while that person's user is active (deactivating someone
+ends what they made, as it ends their sessions).
 The CLI (`manage.py workflows token`) and the admin's API tokens page call the rest.
 """
 
@@ -22,6 +24,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
@@ -207,11 +210,35 @@ def authenticate(secret: str) -> tuple[ApiToken, access.Actor]:
         raise Refused("token_revoked", f"token {token.name} was revoked")
     if token.expires_at <= now:
         raise Refused("token_expired", f"token {token.name} expired; ask an admin for a new one")
+    if _maker_deactivated(token):
+        raise Refused(
+            "token_revoked",
+            f"token {token.name} was made by {token.created_by}, whose account is deactivated;"
+            " ask an admin for a new one",
+        )
     quiet = now - datetime.timedelta(seconds=USE_RECORD_SECONDS)
     ApiToken.objects.filter(
         Q(pk=token.pk) & (Q(last_used_at__isnull=True) | Q(last_used_at__lt=quiet))
     ).update(last_used_at=now)
     return token, actor_of(token)
+
+
+def _maker_deactivated(token: ApiToken) -> bool:
+    """Whether the person who made `token` is deactivated (or deleted): what they made stops
+    with them. A person of the provider is found by subject, a local account by the name
+    it acted under; a token made by `manage.py` without `--as` has no person behind it."""
+    if token.created_by_subject:
+        active = list(
+            User.objects.filter(identity__subject=token.created_by_subject).values_list(
+                "is_active", flat=True
+            )
+        )
+        return not active or not all(active)
+    channel, _, username = token.created_by.partition(":")
+    found = User.objects.filter(username=username).values_list("is_active", flat=True).first()
+    if found is None:
+        return channel == "admin"  # the admin's pages are used by users only: this one is gone
+    return not found
 
 
 def _log(operation: str, token: ApiToken, actor: access.Actor) -> None:

@@ -19,7 +19,7 @@ import datetime
 from collections.abc import Sequence
 from typing import Any
 
-from hooksvc.contract import catalog, wire
+from hooksvc.contract import catalog, versions, wire
 from workflows import clock, durations
 from workflows.definitions import typed
 from workflows.hookpath import retry, selection
@@ -29,7 +29,8 @@ from workflows.steps import gate, windows
 
 
 class PlanError(ValueError):
-    """The plan does not make sense (steps past the target, workers ahead of the plan)."""
+    """The plan does not make sense (steps past the target, workers ahead of the plan, a
+    version Cluster API would refuse)."""
 
 
 def calls(
@@ -41,8 +42,21 @@ def calls(
     settings: dict[str, str] | None = None,
 ) -> list[wire.HookCall]:
     """The hook calls of upgrading `cluster` to `target` through these control plane and
-    worker steps (default: one step each, straight to the target)."""
+    worker steps (default: one step each, straight to the target). A target or step
+    Cluster API's webhook would refuse (no "v", not a semantic version, a decrease) is a
+    PlanError, as is a target the Cluster is at already: CAPI would make no call."""
     start = cluster.topology_version
+    for version in (target, *control_plane, *workers):
+        wrong = versions.problem(version)
+        if wrong:
+            raise PlanError(wrong)
+    wrong = versions.change_problem(start, target)
+    if wrong:
+        raise PlanError(f"{cluster.namespace}/{cluster.name}: {wrong}")
+    if start == target:
+        raise PlanError(
+            f"{cluster.namespace}/{cluster.name} is at {target} already: no upgrade, no hook call"
+        )
     cp_plan = list(control_plane) or [target]
     md_plan = list(workers) or [target]
     if cp_plan[-1] != target:
@@ -133,20 +147,22 @@ def dry_run(
                     name=template.name,
                     least_seconds=retry.least_seconds(spec),
                     steps=tuple(f"{s.name} ({s.type})" for s in spec.steps),
-                    waits=tuple(_waits(spec, call, now)),
+                    waits=tuple(_waits(spec, call, now, actor)),
                 )
             )
         result.append(CallPlan(label(call), call.hook.name, tuple(runs)))
     return result
 
 
-def _waits(spec: typed.Template, call: wire.HookCall, now: datetime.datetime) -> list[str]:
+def _waits(
+    spec: typed.Template, call: wire.HookCall, now: datetime.datetime, actor: access.Actor
+) -> list[str]:
     out = []
     for step in spec.steps:
         if step.type == "window":
             out.append(f"step {step.name}: {_window(step.params, now)}")
         elif step.type == "gate" and call.to_version:
-            out.append(f"step {step.name}: {_gate(step.params, call)}")
+            out.append(f"step {step.name}: {_gate(step.params, call, now, actor)}")
     return out
 
 
@@ -165,7 +181,7 @@ def _window(params: Any, now: datetime.datetime) -> str:
     return f"{said} (in {durations.span((verdict.opens_at - now).total_seconds())})"
 
 
-def _gate(params: Any, call: wire.HookCall) -> str:
+def _gate(params: Any, call: wire.HookCall, now: datetime.datetime, actor: access.Actor) -> str:
     version = call.to_version
     said = gate.waits_message(params, version)
     seen = gate.canaries(
@@ -178,8 +194,16 @@ def _gate(params: Any, call: wire.HookCall) -> str:
     if seen.abandoned is not None:
         return f"{said}: the rollout was abandoned by {seen.abandoned.actor}"
     if seen.failed is not None:
-        return f"{said}: {gate.halted_message(seen.failed, version).split(';')[0]}"
-    return f"{said}: {len(seen.soaked_at)} of {seen.needed} canaries finished now"
+        shown = lambda ns: actor.may(access.Permission.VIEW, ns)  # noqa: E731
+        halted = gate.halted_message(seen.failed, version, shown=shown)
+        return f"{said}: {halted.split(';')[0]}"
+    finished = f"{len(seen.soaked_at)} of {seen.needed} canaries finished now"
+    if len(seen.soaked_at) >= seen.needed:
+        ends = seen.soaked_at[seen.needed - 1]
+        finished += ", passed" if ends <= now else f", the soak ends {gate.soak_end(ends)}"
+    elif seen.too_few is not None:
+        finished += f" (only {seen.too_few} Clusters have those labels now)"
+    return f"{said}: {finished}"
 
 
 def as_json(plans: Sequence[CallPlan]) -> list[dict[str, Any]]:

@@ -8,8 +8,9 @@ and so is safe to repeat; or Helm charts installed through the `helm` CLI (see
 Manifests go in stages, as Flux's kustomize-controller applies them (fluxcd/pkg
 ssa/manager_apply.go, `ApplyAllStaged`): CustomResourceDefinitions and Namespaces first,
 then a wait until each CRD is Established and its kinds are served (discovery) and each
-Namespace is Active; then the rest, in Helm's install order (helm pkg/releaseutil/
-kind_sorter.go, `InstallOrder`; document order within a kind). A kind not served yet, or
+Namespace is Active; then the rest, in Helm's install order (helm v4.1.4 pkg/release/v1/
+util/kind_sorter.go, `InstallOrder`: PriorityClass first, webhook configurations last;
+document order within a kind). A kind not served yet, or
 a namespace not there yet or still terminating from an earlier removal, is a condition to
 wait out (polls with a backoff, not a failure); so is a CRD still terminating from an
 earlier removal (apiextensions-apiserver crd_finalizer.go deletes every instance, then the
@@ -35,15 +36,18 @@ JSON = dict[str, Any]
 CRD_API = "apiextensions.k8s.io/v1"
 #: Applied and waited for before anything else (Flux's stage one).
 DEFINITIONS = {("apiextensions.k8s.io", "CustomResourceDefinition"), ("", "Namespace")}
-#: helm pkg/releaseutil/kind_sorter.go InstallOrder; other kinds go last.
+#: helm v4.1.4 pkg/release/v1/util/kind_sorter.go InstallOrder (v3.17.3's
+#: pkg/releaseutil/kind_sorter.go without the two webhook configurations); other kinds go
+#: last. docs/upstream.md records it; tests/test_upstream_doc.py holds this copy to the record.
 INSTALL_ORDER = (
-    "Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange", "PodSecurityPolicy",
-    "PodDisruptionBudget", "ServiceAccount", "Secret", "SecretList", "ConfigMap",
-    "StorageClass", "PersistentVolume", "PersistentVolumeClaim", "CustomResourceDefinition",
-    "ClusterRole", "ClusterRoleList", "ClusterRoleBinding", "ClusterRoleBindingList", "Role",
-    "RoleList", "RoleBinding", "RoleBindingList", "Service", "DaemonSet", "Pod",
-    "ReplicationController", "ReplicaSet", "Deployment", "HorizontalPodAutoscaler",
-    "StatefulSet", "Job", "CronJob", "IngressClass", "Ingress", "APIService",
+    "PriorityClass", "Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange",
+    "PodSecurityPolicy", "PodDisruptionBudget", "ServiceAccount", "Secret", "SecretList",
+    "ConfigMap", "StorageClass", "PersistentVolume", "PersistentVolumeClaim",
+    "CustomResourceDefinition", "ClusterRole", "ClusterRoleList", "ClusterRoleBinding",
+    "ClusterRoleBindingList", "Role", "RoleList", "RoleBinding", "RoleBindingList", "Service",
+    "DaemonSet", "Pod", "ReplicationController", "ReplicaSet", "Deployment",
+    "HorizontalPodAutoscaler", "StatefulSet", "Job", "CronJob", "IngressClass", "Ingress",
+    "APIService", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
 )  # fmt: skip
 #: Longest wait between two looks at something not there yet (the backoff's cap).
 MAX_WAIT_SECONDS = 30

@@ -225,7 +225,8 @@ def _delete_tier(
             path = objects.inventory_path(api, entry)
         except k8s.NotServed:
             continue  # its kind is no longer served: its objects went with it
-        # A Namespace already terminating answers 409 to another DELETE.
+        # A Namespace already terminating answers 200 to another DELETE, 409 before
+        # Kubernetes 1.17 (kubernetes/kubernetes#84122).
         with contextlib.suppress(k8s.Conflict):
             objects.delete(api, path, what=_what(entry))
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflows.steps import csi_snapshots, objects, registry, velero_backups
+from workflows.steps import csi_snapshots, namespace_patterns, objects, registry, velero_backups
 
 
 def _check(params: dict[str, Any], hook: str) -> None:
@@ -32,16 +32,28 @@ def _check(params: dict[str, Any], hook: str) -> None:
             raise registry.ParamError(name, f"applies to backend {_other(params)} only")
 
 
+def _check_namespaces(value: list[Any]) -> list[str]:
+    """Names and patterns Velero accepts (collections.ValidateNamespaceIncludesExcludes)."""
+    names = objects.check_strings(value)
+    for index, name in enumerate(names):
+        why = namespace_patterns.problem(name)
+        if why:
+            raise registry.ParamError("", f"item {index}, {why}")
+    if "*" in names and len(set(names)) > 1:
+        raise registry.ParamError("", "'*' (every namespace) must be the only item")
+    return names
+
+
 def _other(params: dict[str, Any]) -> str:
     return "velero" if params["backend"] == "csi" else "csi"
 
 
 PARAMS = {
     "backend": registry.Param(str, default="csi", choices=("csi", "velero")),
-    #: The namespaces whose PVCs (csi) or resources (velero) are backed up; none: all.
-    "namespaces": registry.Param(
-        list, default=[], check=objects.check_strings, items=objects.STRING
-    ),
+    #: The namespaces whose PVCs (csi) or resources (velero) are backed up; none: all. A
+    #: name with `*`, `?` or `[...]` is a pattern Velero expands against the live namespaces
+    #: (`app-*`); the csi backend reads it the same way.
+    "namespaces": registry.Param(list, default=[], check=_check_namespaces, items=objects.STRING),
     #: Labels a PVC (csi) or resource (velero) must carry.
     "labelSelector": registry.Param(
         dict, default={}, check=objects.check_string_map, values=objects.STRING

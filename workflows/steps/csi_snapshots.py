@@ -32,7 +32,7 @@ from typing import Any
 
 from workflows import errors
 from workflows.kube import k8s
-from workflows.steps import objects, registry
+from workflows.steps import namespace_patterns, objects, registry
 
 SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
 DEFAULT_CLASS = "snapshot.storage.kubernetes.io/is-default-class"
@@ -45,13 +45,20 @@ JSON = dict[str, Any]
 
 
 def _claims(ctx: registry.StepContext, api: k8s.ApiClient) -> list[JSON]:
+    """The PVCs of the chosen namespaces: names, or patterns as Velero reads them."""
     selector = ctx.params.get("labelSelector") or None
     namespaces = ctx.params.get("namespaces") or []
-    if not namespaces:
+    names = namespace_patterns.literal(namespaces)
+    if names is None:
         collection = objects.path("v1", "persistentvolumeclaims")
-        return objects.items(api, collection, what="PersistentVolumeClaims", selector=selector)
-    found: list[JSON] = []
-    for ns in sorted(set(namespaces)):
+        found = objects.items(api, collection, what="PersistentVolumeClaims", selector=selector)
+        return [
+            claim
+            for claim in found
+            if namespace_patterns.selects(namespaces, [], claim["metadata"]["namespace"])
+        ]
+    found = []
+    for ns in names:
         collection = objects.path("v1", "persistentvolumeclaims", ns)
         found += objects.items(
             api, collection, what=f"PersistentVolumeClaims in {ns}", selector=selector

@@ -9,25 +9,32 @@ operator resumes the rollout (that failure no longer counts) or abandons it (the
 fails, so its run follows its template's onFailure) with `manage.py workflows rollout`
 (workflows.operators.rollouts, recorded as RolloutAction rows).
 
-`all` means every cluster matching `matchLabels` that hooksvc has a run of (it knows
-clusters by their hook calls); the gate's own cluster never counts. One read of the
-canaries' runs per poll; the hook path answers from the step's due_at as for any wait.
+Which clusters are the canaries: those the Cluster watcher (workflows.controllers.watcher)
+recorded with the labels now (KnownCluster), with a topology (CAPI calls hooks for no
+other) and not being deleted; a deleted Cluster is no canary any more, a recreated one
+(a new uid) is a new canary with no runs yet, a relabelled one leaves or joins. Without a
+watcher (it has no record of the gate's own cluster), the canaries are the clusters whose
+runs carried the labels (hooksvc knows them by their hook calls). A failed run of a
+cluster that carried the labels when it ran halts the gate either way: a failure says
+something of the version, whatever became of its cluster. The gate's own cluster never
+counts. A few reads per poll; the hook path answers from the step's due_at as for any wait.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 
 from hooksvc.contract import wire
 from workflows import clock, errors
-from workflows.models import Run
+from workflows.models import KnownCluster, Run
 from workflows.rollout_actions import RolloutAction
-from workflows.steps import registry
+from workflows.steps import registry, windows
 
 #: The hook whose runs say a canary finished its upgrade and passed its checks.
 CANARY_HOOK = "AfterClusterUpgrade"
@@ -50,7 +57,7 @@ PARAMS = {
     "matchLabels": registry.Param(dict, required=True, values=registry.Param(str)),
     #: How many canaries must have passed ...
     "count": registry.Param(int, minimum=1),
-    #: ... or every canary hooksvc knows.
+    #: ... or every canary there is (docs/rollouts.md: the live fleet).
     "all": registry.Param(bool),
     #: How long ago the last of a canary's AfterClusterUpgrade runs must have succeeded.
     "soakSeconds": registry.Param((int, float), default=0, minimum=0),
@@ -74,6 +81,16 @@ class Canaries:
     #: The failed canary run that halts the gate (none: not halted).
     failed: Mapping[str, Any] | None
     abandoned: RolloutAction | None
+    #: The canaries' keys as the watcher knows the fleet now (None: no watcher, they are
+    #: known by their runs).
+    live: frozenset[str] | None = None
+
+    @property
+    def too_few(self) -> int | None:
+        """How many canaries there are, when fewer than needed (None: enough, or unknown)."""
+        if self.live is None or len(self.live) >= self.needed:
+            return None
+        return len(self.live)
 
 
 def selector_text(labels: Mapping[str, str]) -> str:
@@ -82,6 +99,23 @@ def selector_text(labels: Mapping[str, str]) -> str:
 
 def target_version(context: Mapping[str, Any]) -> str:
     return str(context.get("toKubernetesVersion") or "")
+
+
+def live_canaries(labels: Mapping[str, str], own_key: str) -> frozenset[str] | None:
+    """The keys of the Clusters with `labels` now, with a topology and not being deleted,
+    as the watcher recorded them; None when it has no record of `own_key` (no watcher)."""
+    if not KnownCluster.objects.filter(key=own_key).exists():
+        return None
+    keys = (
+        KnownCluster.objects.filter(
+            cluster__metadata__labels__contains=dict(labels),
+            cluster__spec__topology__has_key="classRef",
+        )
+        .exclude(cluster__metadata__has_key="deletionTimestamp")
+        .exclude(key=own_key)
+        .values_list("key", flat=True)
+    )
+    return frozenset(keys)
 
 
 def canaries(
@@ -105,11 +139,13 @@ def canaries(
         version=version, kind=RolloutAction.Kind.RESUME
     ).values_list("runs", flat=True):
         resumed.update(int(i) for i in ids)
+    live = live_canaries(labels, own_key)
+    carried = Q(context__cluster__labels__contains=dict(labels))
     runs = list(
         Run.objects.filter(
+            carried | Q(cluster_key__in=live or ()),
             hook=CANARY_HOOK,
             context__kubernetesVersion=version,
-            context__cluster__labels__contains=dict(labels),
         )
         .exclude(cluster_key=own_key)
         .order_by("pk")
@@ -136,7 +172,8 @@ def canaries(
     )
     by_cluster: dict[str, list[Any]] = {}
     for r in runs:
-        by_cluster.setdefault(r["cluster_key"], []).append(r)
+        if live is None or r["cluster_key"] in live:
+            by_cluster.setdefault(r["cluster_key"], []).append(r)
     soaked_at = []
     for cluster_runs in by_cluster.values():
         done = all(r["state"] == Run.State.SUCCEEDED or r["released"] for r in cluster_runs)
@@ -144,38 +181,90 @@ def canaries(
         if done and finished:
             soaked_at.append(max(finished) + datetime.timedelta(seconds=soak))
     if count is None:
-        known = (
-            Run.objects.filter(context__cluster__labels__contains=dict(labels))
-            .exclude(cluster_key=own_key)
-            .values("cluster_key")
-            .distinct()
-            .count()
-        )
+        if live is not None:
+            known = len(live)
+        else:
+            known = (
+                Run.objects.filter(carried)
+                .exclude(cluster_key=own_key)
+                .values("cluster_key")
+                .distinct()
+                .count()
+            )
+        # No canary at all is no pass: a selector that matches nothing waits, and says so.
         count = max(known, 1)
-    return Canaries(count, tuple(sorted(soaked_at)), failed, abandoned)
+    return Canaries(count, tuple(sorted(soaked_at)), failed, abandoned, live)
 
 
 def _command(action: str, version: str) -> str:
     return f'{settings.MANAGE_PY} workflows rollout {action} {version} --reason "<why>"'
 
 
-def halted_message(failed: Mapping[str, Any], version: str) -> str:
+def canary_named(failed: Mapping[str, Any], shown: Callable[[str], bool]) -> str:
+    """The failed canary as a reader sees it: by name if `shown` lets them see its
+    namespace, else only that it is in another one (invariant 13: what a role may not see,
+    no message carries). The one place a gate's message names another cluster."""
+    if shown(str(failed["cluster_namespace"])):
+        return (
+            f"canary {failed['cluster_namespace']}/{failed['cluster_name']} failed workflow "
+            f"{failed['template_name']} (run {failed['pk']})"
+        )
+    return f"a canary in another namespace failed workflow {failed['template_name']}"
+
+
+def halted_message(failed: Mapping[str, Any], version: str, *, shown: Callable[[str], bool]) -> str:
+    """What halts the rollout, for a reader who may see the namespaces `shown` admits."""
     return (
-        f"halts the rollout to {version}: canary {failed['cluster_namespace']}/"
-        f"{failed['cluster_name']} failed workflow {failed['template_name']} "
-        f"(run {failed['pk']}); resume it with `{_command('resume', version)}` "
+        f"halts the rollout to {version}: {canary_named(failed, shown)}; "
+        f"resume it with `{_command('resume', version)}` "
         f"or abandon it with `{_command('abandon', version)}`"
     )
 
 
-def waits_message(params: Mapping[str, Any], version: str) -> str:
+def abandoned_message(action: RolloutAction, version: str, run_id: int) -> str:
+    """Why the gate failed, and the ways on that work: a retry fails again (an abandon is
+    final for its version), so it names setting the version back and releasing the run."""
+    return (
+        f"the rollout to {version} was abandoned by {action.actor}: {action.reason}; "
+        f"set the Cluster's version back (a new target version is a new moment), "
+        f"or let it upgrade anyway with `{settings.MANAGE_PY} workflows release {run_id} "
+        f'--reason "<why>"`'
+    )
+
+
+def soak_end(at: datetime.datetime) -> str:
+    """When a soak ends, as the window step names its opening: "Sat 2026-11-28 14:05 UTC",
+    the minute rounded up (never earlier than it ends)."""
+    at = at.astimezone(datetime.UTC)
+    if at.second or at.microsecond:
+        at = at.replace(second=0, microsecond=0) + datetime.timedelta(minutes=1)
+    return f"{windows.DAYS[at.weekday()]} {at:%Y-%m-%d %H:%M} UTC"
+
+
+def waits_message(
+    params: Mapping[str, Any],
+    version: str,
+    *,
+    soaked_at: datetime.datetime | None = None,
+    too_few: int | None = None,
+) -> str:
+    """What a waiting gate says: deterministic while nothing changes; once enough canaries
+    passed, the end of their soak (`soaked_at`) instead of the soak's length; `too_few`:
+    how many canaries there are, when fewer than it needs (it cannot pass so)."""
     who = "all" if params.get("all") else str(params["count"])
     soak = params.get("soakSeconds") or 0
     soaked = f" and soak {soak:g} s" if soak else ""
-    return (
+    if soaked_at is not None:
+        soaked = f" and soak until {soak_end(soaked_at)}"
+    said = (
         f"waits for {who} canaries {selector_text(params['matchLabels'])} to pass "
         f"{CANARY_HOOK} at {version}{soaked}"
     )
+    if too_few == 0:
+        said += " (no Cluster has those labels now)"
+    elif too_few is not None:
+        said += f" (only {too_few} Clusters have those labels now)"
+    return said
 
 
 @registry.step_type(
@@ -211,17 +300,19 @@ def gate(ctx: registry.StepContext) -> registry.Outcome:
     )
     poll = float(ctx.params.get("pollSeconds") or 30)
     if seen.abandoned is not None:
-        raise errors.PermanentError(
-            f"the rollout to {version} was abandoned by {seen.abandoned.actor}: "
-            f"{seen.abandoned.reason}"
-        )
+        raise errors.PermanentError(abandoned_message(seen.abandoned, version, ctx.run_id))
     if seen.failed is not None:
-        return registry.Poll(after=poll, message=halted_message(seen.failed, version))
-    message = waits_message(ctx.params, version)
+        # The run's message reaches its Cluster's conditions and everyone who sees the run:
+        # it names a canary of the run's own namespace only.
+        own_namespace = str(ctx.cluster.get("namespace") or "")
+        message = halted_message(seen.failed, version, shown=lambda ns: ns == own_namespace)
+        return registry.Poll(after=poll, message=message)
     if len(seen.soaked_at) >= seen.needed:
         passes_at = seen.soaked_at[seen.needed - 1]
         if passes_at <= now:
             return registry.Done({"version": version, "canaries": seen.needed})
         wait = (passes_at - now).total_seconds()
+        message = waits_message(ctx.params, version, soaked_at=passes_at)
         return registry.Poll(after=min(wait, poll), message=message, on_time=wait <= poll)
+    message = waits_message(ctx.params, version, too_few=seen.too_few)
     return registry.Poll(after=poll, message=message)

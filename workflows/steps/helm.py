@@ -63,7 +63,7 @@ from django.conf import settings
 
 from workflows import clock, errors
 from workflows.kube import k8s
-from workflows.steps import objects, registry
+from workflows.steps import childguard, objects, registry
 
 logger = logging.getLogger(__name__)
 
@@ -208,9 +208,10 @@ class Stopped(errors.TemporaryError):
 
 def _run(ws: _Workspace, args: list[str], what: str, stdin: str = "") -> str:
     deadline, grace = limits()
-    # Fixed binary, no shell, arguments from a validated spec.
-    process = subprocess.Popen(  # noqa: S603  # nosec B603
+    # Fixed binary, no shell, arguments from a validated spec; helm ends with this process.
+    process = childguard.popen(
         [ws.helm, *args, "--kubeconfig", ws.kubeconfig],
+        grace,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

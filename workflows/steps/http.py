@@ -6,20 +6,26 @@ a receiver can recognise a repeat of the same call (the step may run twice after
 A redirect is not followed: it fails the step, naming where it points. urllib would follow
 a 301, 302 or 303 of a POST as a GET without the body, and would send every header,
 credentials included, to whatever host the redirect names (CPython Lib/urllib/request.py
-HTTPRedirectHandler.redirect_request). When the receiver does not answer, the message says
-why: the name did not resolve, the connection was refused, TLS failed (and on what), or no
-answer came in time; never the exception's own text, which may change from one Python to
-the next.
+HTTPRedirectHandler.redirect_request). When the receiver does not answer, the step's
+message (shown on run pages, copied by CAPI into conditions) says only that: whether the
+port was closed, the name unknown or TLS failed would make the step a port scanner for
+anyone who may edit templates. The operator's log says why (the name did not resolve, the
+connection was refused, TLS failed and on what, or no answer came in time), in words that
+depend only on the cause's kind.
 
 Credentials belong in `headersFromEnv` (header name -> environment variable of the worker,
 e.g. from a Kubernetes Secret): the value is read when the request is made, so it is in
-no template, run snapshot, admin page, log or output. Values given inline in `headers`
-are kept in the run's snapshot; the admin shows them redacted.
+no template, run snapshot, admin page, log or output. Only the variables the setting
+HOOKSVC_HTTP_ENV_ALLOWLIST names may be sent (checked when a template is validated and
+again when the step runs: the worker's environment holds whatever its shell had). Values
+given inline in `headers` are kept in the run's snapshot; every page and the API show them
+redacted.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import ssl
@@ -33,6 +39,8 @@ from django.conf import settings
 
 from workflows import errors
 from workflows.steps import registry
+
+logger = logging.getLogger(__name__)
 
 
 def _check_url(url: str) -> str:
@@ -70,18 +78,32 @@ def _own_configuration(name: str) -> bool:
     )
 
 
+def _refused(variable: str) -> str | None:
+    """Why `variable` may not be sent as a header, or None."""
+    if _own_configuration(variable):
+        return f"{variable} is hooksvc's own configuration, not a header"
+    if variable not in settings.HTTP_ENV_ALLOWLIST:
+        return f"{variable} is not in HOOKSVC_HTTP_ENV_ALLOWLIST (the variables steps may send)"
+    return None
+
+
 def _check_env_names(names: dict[str, Any]) -> dict[str, Any]:
     for key, value in names.items():
         if not isinstance(value, str) or not value:
             raise registry.ParamError(key, "must be the name of an environment variable")
-        if _own_configuration(value):
-            raise registry.ParamError(key, f"{value} is hooksvc's own configuration, not a header")
+        why = _refused(value)
+        if why:
+            raise registry.ParamError(key, why)
     return names
 
 
 def _env_headers(names: dict[str, str]) -> dict[str, str]:
     headers = {}
     for header, variable in names.items():
+        # Again here: the snapshot may predate the setting, or a worker may have another one.
+        why = _refused(variable)
+        if why:
+            raise errors.PermanentError(f"headersFromEnv.{header}: {why}")
         value = os.environ.get(variable)
         if value is None:
             # Names the variable, never a value: this message is shown and may reach CAPI.
@@ -143,7 +165,15 @@ def http(ctx: registry.StepContext) -> registry.Outcome:
         raise errors.TemporaryError(f"{host} answered HTTP {exc.code}") from exc
     except (urllib.error.URLError, OSError, http_client.HTTPException) as exc:
         cause = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        raise errors.TemporaryError(_no_answer(host, url, timeout, cause)) from exc
+        # The cause for the operator only: the message is shown to whoever may read runs.
+        logger.warning(
+            "http step %s of run %s: %s",
+            ctx.step_name,
+            ctx.run_id,
+            _no_answer(host, url, timeout, cause),
+            extra={"run": ctx.run_id, "step": ctx.step_name},
+        )
+        raise errors.TemporaryError(f"{host} did not answer (the worker's log says why)") from exc
     return registry.Done({"status": status})
 
 

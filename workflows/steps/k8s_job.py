@@ -8,7 +8,9 @@ done at `SuccessCriteriaMet` (or `Complete`), failed at `FailureTarget` (or `Fai
 the controller's reason (`BackoffLimitExceeded`, `DeadlineExceeded`, `PodFailurePolicy`) in
 the message; since v1.31 the terminal condition waits for the pods to stop, the first one
 does not. The output keeps the tail of the newest pod's log either way (none if its
-container never ran), and how its container ended.
+container never ran), and how its container ended. The log is best effort: when it cannot
+be read (its Node's kubelet unreachable: a 500 from the API server's proxy) the Job's
+outcome stands and the output says why the log is missing (`logUnavailable`).
 
 The Job's `podFailurePolicy` ignores pods that failed because they were disrupted
 (`DisruptionTarget`: preemption, eviction, a Node drained), so an upgrade that drains Nodes
@@ -36,6 +38,14 @@ from workflows.steps import objects, pods, registry
 BATCH_API = "batch/v1"
 #: The label the Job controller puts on its pods.
 JOB_NAME_LABEL = "job-name"
+#: The Job conditions that decide the step, in the order they are looked at (batch/v1
+#: JobConditionType; docs/upstream.md records them).
+CONDITIONS = {
+    "Complete": "succeeded",
+    "SuccessCriteriaMet": "succeeded",
+    "Failed": "failed",
+    "FailureTarget": "failed",
+}
 LOG_CHARS = 8000
 #: Pods that failed because they were disrupted do not count towards backoffLimit; the
 #: Jobs page's own example rule. It needs restartPolicy Never, which the Job's Pod has.
@@ -138,13 +148,24 @@ def _age(pod: objects.JSON) -> tuple[str, bool, str]:
     return pod["metadata"].get("creationTimestamp", ""), not disrupted, max(ends, default="~")
 
 
-def _log_tail(ctx: registry.StepContext, api: k8s.ApiClient, found: list[objects.JSON]) -> str:
-    """The end of the newest pod's log; "" when there is no pod or no log (yet)."""
+def _log_tail(
+    ctx: registry.StepContext, api: k8s.ApiClient, found: list[objects.JSON]
+) -> dict[str, Any]:
+    """The end of the newest pod's log ("" when there is no pod or no log yet), for the
+    output; best effort: a Job that finished has its outcome whether or not its log can be
+    read. The API server proxies the read to the pod's kubelet (pkg/registry/core/pod/rest/
+    log.go); a kubelet it cannot reach is a 500 (responsewriters ErrorToAPIStatus), which
+    may last as long as the Node is away."""
     if not found:
-        return ""
+        return {"log": ""}
     ns, pod = ctx.params["namespace"], found[-1]["metadata"]["name"]
-    tail = pods.log(api, ns, pod, tail_lines=ctx.params["logLines"], what=f"log of Pod {ns}/{pod}")
-    return objects.tail(tail, LOG_CHARS)
+    what = f"log of Pod {ns}/{pod}"
+    try:
+        tail = pods.log(api, ns, pod, tail_lines=ctx.params["logLines"], what=what)
+    except k8s.K8sError as exc:
+        answer = f"API server answered {exc.status}" if exc.status else "no answer"
+        return {"log": "", "logUnavailable": f"the {what} could not be read ({answer})"}
+    return {"log": objects.tail(tail, LOG_CHARS)}
 
 
 def _ended(found: list[objects.JSON]) -> dict[str, Any]:
@@ -172,12 +193,7 @@ def outcome(job: objects.JSON) -> tuple[str, objects.JSON] | None:
         for c in (job.get("status") or {}).get("conditions") or []
         if c.get("status") == "True"
     }
-    for kind, result in (
-        ("Complete", "succeeded"),
-        ("SuccessCriteriaMet", "succeeded"),
-        ("Failed", "failed"),
-        ("FailureTarget", "failed"),
-    ):
+    for kind, result in CONDITIONS.items():
         if kind in conditions:
             return result, conditions[kind]
     return None
@@ -267,14 +283,15 @@ def k8s_job(ctx: registry.StepContext) -> registry.Outcome:
     if decided is not None:
         result, condition = decided
         output["condition"] = {k: condition.get(k, "") for k in ("type", "reason", "message")}
-        output["log"] = _log_tail(ctx, api, found)
+        output.update(_log_tail(ctx, api, found))
         if result == "succeeded":
             return registry.Done(output)
         if ended := _ended(found):
             output["container"] = ended
         reason = str(condition.get("reason") or "")
+        unread = "; its log could not be read" if "logUnavailable" in output else ""
         raise errors.PermanentError(
-            f"{what} failed" + (f" ({reason})" if reason else ""), output=output
+            f"{what} failed" + (f" ({reason})" if reason else "") + unread, output=output
         )
     trouble = _trouble(ctx, api, job, found)
     if pods.stuck(ctx.memo, trouble, ctx.params["stuckGraceSeconds"]) and trouble is not None:

@@ -4,8 +4,10 @@ Used by `workflows.steps.velero_backups`. Follows vmware-tanzu/velero main at d3
 (v1.18.1's code):
 
 - What a Backup covers is its `spec` after the server's defaults (backup_controller.go
-  prepareBackupRequest): `includedNamespaces` (`*`: all), less `excludedNamespaces`, to
-  which Velero adds every namespace labelled `velero.io/exclude-from-backup=true`; its
+  prepareBackupRequest): `includedNamespaces` (`*`: all; a pattern such as `app-*` is
+  expanded against the live namespaces, `workflows.steps.namespace_patterns`), less
+  `excludedNamespaces`, to which Velero adds every namespace labelled
+  `velero.io/exclude-from-backup=true`; its
   `labelSelector`; and not a PVC labelled so (pkg/backup/item_backupper.go). Of those, the
   Bound PVCs hold data to back up.
 - A volume is backed up either by a snapshot or by a file system backup
@@ -26,7 +28,7 @@ from typing import Any
 
 from workflows import errors
 from workflows.kube import k8s
-from workflows.steps import objects
+from workflows.steps import namespace_patterns, objects
 
 VELERO_API = "velero.io/v1"
 EXCLUDE_LABEL = "velero.io/exclude-from-backup"
@@ -48,19 +50,19 @@ def snapshots(spec: JSON, status: JSON) -> tuple[int, int]:
 
 
 def covered(api: k8s.ApiClient, spec: JSON) -> list[JSON]:
-    """The Bound PVCs the Backup covers."""
+    """The Bound PVCs the Backup covers; its namespaces may be patterns Velero expands."""
     selector = (spec.get("labelSelector") or {}).get("matchLabels") or None
     included = spec.get("includedNamespaces") or ["*"]
-    excluded = set(spec.get("excludedNamespaces") or [])
-    spaces: list[str | None] = [None] if "*" in included else sorted(set(included) - excluded)
+    excluded = spec.get("excludedNamespaces") or []
+    names = namespace_patterns.literal(included)
     found: list[JSON] = []
-    for ns in spaces:
+    for ns in names if names is not None else [None]:
         collection = objects.path("v1", "persistentvolumeclaims", ns)
         found += objects.items(api, collection, what="PersistentVolumeClaims", selector=selector)
     return [
         claim
         for claim in found
-        if claim["metadata"]["namespace"] not in excluded
+        if namespace_patterns.selects(included, excluded, claim["metadata"]["namespace"])
         and (claim["metadata"].get("labels") or {}).get(EXCLUDE_LABEL) != "true"
         and (claim.get("status") or {}).get("phase") == "Bound"
     ]

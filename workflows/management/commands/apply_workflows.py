@@ -1,4 +1,5 @@
-"""`manage.py apply_workflows -f FILE [--prune] [--dry-run]`: templates and add-on profiles.
+"""`manage.py apply_workflows -f FILE [--prune] [--dry-run]`: templates, add-on profiles and
+in-place and upgrade policies.
 
 Every document is parsed and validated before anything is written: one bad document
 and nothing changes (exit code 1, the problems on stderr).
@@ -65,6 +66,15 @@ class Command(BaseCommand):
             self.stdout.write(f"workflowtemplate/{name} pruned{suffix}")
         for name in report.profiles_pruned:
             self.stdout.write(f"addonprofile/{name} pruned{suffix}")
+        policy_verbs = {
+            **dict.fromkeys(report.policies_created, "created"),
+            **dict.fromkeys(report.policies_updated, "configured"),
+            **dict.fromkeys(report.policies_unchanged, "unchanged"),
+            **dict.fromkeys(report.policies_pruned, "pruned"),
+        }
+        for key, verb in policy_verbs.items():
+            kind, name = key.split("/", 1)
+            self.stdout.write(f"{kind.lower()}/{name} {verb}{suffix}")
         for names, verb in (
             (report.generated_created, "generated"),
             (report.generated_updated, "regenerated"),

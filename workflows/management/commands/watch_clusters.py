@@ -20,7 +20,7 @@ from hooksvc import pid1
 from workflows.controllers import leader, resources, watcher
 
 #: The custom resources kept in sync with hooksvc.
-KINDS = ("WorkflowTemplate", "AddonProfile")
+KINDS = ("WorkflowTemplate", "AddonProfile", "InPlacePolicy", "UpgradePolicy")
 
 
 class Command(BaseCommand):

@@ -17,6 +17,7 @@ class AdminConfig(DjangoAdminConfig):
             bypasses,
             documents,
             hookcalls,
+            policies,
             rollouts,
             runs,
             tokens,

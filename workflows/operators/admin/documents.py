@@ -8,6 +8,7 @@ granted in every namespace or not at all (workflows.operators.access).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import yaml
@@ -21,17 +22,18 @@ from django.utils.html import format_html
 from workflows.definitions import addons, apply, spec
 from workflows.engine import messages
 from workflows.models import AddonProfile, WorkflowTemplate
-from workflows.operators import access
+from workflows.operators import access, redaction
 from workflows.operators.admin.common import TitledAdmin, actor
 
 
 def _document(kind: str, name: str, spec_: dict[str, Any]) -> str:
-    """An object as the YAML document `apply_workflows` reads, every default spelled out."""
+    """An object as the YAML document `apply_workflows` reads, every default spelled out,
+    credentials redacted (saved back as shown, the stored values stay)."""
     document = {
         "apiVersion": spec.API_VERSION,
         "kind": kind,
         "metadata": {"name": name},
-        "spec": spec_,
+        "spec": redaction.redact(spec_),
     }
     text: str = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
     return text
@@ -109,6 +111,12 @@ class _DocumentForm(forms.ModelForm):  # type: ignore[type-arg]
                 f"metadata.name: a {self.kind} named {doc.name!r} exists already: it "
                 f"{apply.origin(self.kind, doc.name, holder.managed_by)}"
             )
+        # The document was shown redacted: its placeholders keep the stored values.
+        stored = self.instance.spec if self.instance.pk else {}
+        restored, missing = redaction.restore(doc.spec, stored, "spec")
+        if missing:
+            raise forms.ValidationError(redaction.placeholder_problems(missing))
+        doc = dataclasses.replace(doc, spec=restored)
         problems = self.check(doc, others)
         if problems:
             raise forms.ValidationError(problems)

@@ -129,10 +129,7 @@ def _stalled(run: Run, now: datetime.datetime) -> str:
     found = stalls.of_annotated(run, now)
     if found is None:
         return ""
-    return (
-        f"step {found['step']} stalled: no progress for {found['for']}"
-        f" (normal: up to {found['normal']})"
-    )
+    return stalls.wording(found["step"], found["for"], found["normal"])
 
 
 def cluster_row(cluster: fleet.HeldCluster, now: datetime.datetime) -> ClusterRow:
@@ -194,15 +191,22 @@ def _tiles(filters: fleet.FleetFilter, counts: dict[str, int]) -> dict[str, Any]
     }
 
 
-def rollouts_shown(actor: access.Actor) -> list[dict[str, Any]]:
+#: The most different messages a wave's row shows; the rest are counted.
+SAYS_SHOWN = 2
+
+
+def rollouts_shown(actor: access.Actor, filters: fleet.FleetFilter) -> list[dict[str, Any]]:
     """The rollouts under way as the page shows them: what halts each (without the commands,
-    which the banner gives whole), and each wave's clusters with what each waits for."""
+    which the banner gives whole), and one row per wave of the clusters the page's filters
+    find: how many, and what they wait for (the most said first)."""
+    runs = filters.apply(Run.objects.all()).filter(filters.state_q())
     shown = []
-    for rollout in rollouts.overview(actor):
+    for rollout in rollouts.counted(actor, runs):
         halt = messages.without_hints(rollout.halt)
         shown.append(
             {
                 "version": rollout.version,
+                "state": rollout.state,
                 "halt": rollout.halt,
                 "halt_text": halt.split(": ", 1)[-1],
                 "abandoned": rollout.abandoned,
@@ -210,10 +214,10 @@ def rollouts_shown(actor: access.Actor) -> list[dict[str, Any]]:
                     {
                         "template": wave.template,
                         "canaries": wave.canaries,
-                        "clusters": [
-                            {**dataclasses.asdict(m), "why": messages.without_hints(m.message)}
-                            for m in wave.clusters
-                        ],
+                        "count": wave.count,
+                        "clusters_link": _link(filters, template=wave.template, view=fleet.HELD),
+                        "says": wave.says[:SAYS_SHOWN],
+                        "others": sum(n for _, n in wave.says[SAYS_SHOWN:]),
                     }
                     for wave in rollout.waves
                 ],
@@ -274,7 +278,7 @@ def fleet_view(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
         "bulk_actions": offered,
         "may_act": bool(offered),
         "bypasses": active_bypasses(now, actor),
-        "rollouts": rollouts_shown(actor),
+        "rollouts": [] if error else rollouts_shown(actor, filters),
         # The banner's hint runs as printed where hooksvc runs (engine/messages.py).
         "manage_py": settings.MANAGE_PY,
         "now": common.when(now),

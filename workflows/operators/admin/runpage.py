@@ -13,7 +13,7 @@ from typing import Any
 from django.urls import reverse
 from django.utils import timezone
 
-from workflows.engine import lifecycle
+from workflows.engine import lifecycle, stalls
 from workflows.models import HookCall, Run, StepRun
 from workflows.operators import holding, selectors, states
 from workflows.operators.admin import common
@@ -45,6 +45,8 @@ class StepLine:
     actions: list[tuple[str, str]]
     left: float
     width: float
+    #: That it made no progress for longer than is normal (as the fleet and `why` say it).
+    stalled: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +146,13 @@ def step_line(
         ],
         left=round(left, 2),
         width=round(width, 2),
+        stalled=_stalled(step, run, now),
     )
+
+
+def _stalled(step: StepRun, run: Run, now: datetime.datetime) -> str:
+    found = stalls.describe(step, now) if run.state == Run.State.RUNNING else None
+    return "" if found is None else stalls.wording(step.name, found["for"], found["normal"])
 
 
 def call_groups(calls: list[HookCall]) -> list[CallGroup]:
@@ -193,6 +201,7 @@ def live_context(
             f"in {common.span(left)})" if left >= 0 else f"passed {common.span(-left)} ago)"
         )
     calls = selectors.hook_calls_of(run, HOOK_CALLS_READ)
+    lines = [step_line(step, run, start, total, now, actions=step_actions) for step in steps]
     return {
         "run": run,
         "state": state,
@@ -207,7 +216,8 @@ def live_context(
         "held": _held(run, now),
         "ran_for": common.between(run.started_at, end),
         "deadline": deadline,
-        "steps": [step_line(step, run, start, total, now, actions=step_actions) for step in steps],
+        "steps": lines,
+        "stalled": [line.stalled for line in lines if line.stalled],
         "call_groups": call_groups(calls),
         "calls_read": len(calls),
         "calls_cap": HOOK_CALLS_READ,

@@ -9,7 +9,7 @@ password form while local accounts are on (HOOKSVC_LOCAL_LOGIN).
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import admin
@@ -40,7 +40,7 @@ class Site(admin.AdminSite):
         if settings.OIDC_ISSUER:
             following = request.GET.get("next", "") or reverse("admin:index")
             context["oidc_url"] = f"{reverse('oidc_login')}?{urlencode({'next': following})}"
-            context["oidc_provider"] = urlsplit(settings.OIDC_ISSUER).hostname
+            context["oidc_provider"] = settings.OIDC_DISPLAY_NAME
         return super().login(request, context)
 
     def index(

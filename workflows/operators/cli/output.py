@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import CommandError, OutputWrapper
 
 from workflows.operators import access, identities
@@ -92,8 +94,24 @@ def actor_of(options: Mapping[str, Any], *, acts: bool) -> access.Actor:
     if as_user and name:
         raise CommandError("--as USER records that user; give no --actor with it")
     if as_user:
+        _say_what_differs()
         try:
-            return identities.actor_named(as_user)
+            found = identities.actor_named(as_user)
         except LookupError as exc:
             raise CommandError(str(exc)) from None
+        reason = identities.no_role(found, as_user)
+        if reason:  # the answers that follow are empty for that reason, not for want of runs
+            sys.stderr.write(f"note: {reason}\n")
+        return found
     return access.unrestricted(name or (default_actor() if acts else "cli"))
+
+
+def _say_what_differs() -> None:
+    """Name the settings this shell gives otherwise than the `make run` beside it: what a
+    person may see depends on them (hooksvc.devrun)."""
+    differs = getattr(settings, "SERVING_DIFFERS", [])
+    if differs:
+        sys.stderr.write(
+            f"note: this shell sets {', '.join(differs)} otherwise than the `make run` beside"
+            " it; the answers follow this shell's\n"
+        )

@@ -11,6 +11,8 @@ from django.core.management.base import CommandError, OutputWrapper
 
 from hooksvc.contract import catalog, wire
 from workflows import durations
+from workflows.definitions import policies
+from workflows.hookpath import upgradeplan
 from workflows.operators import access, selectors, states, upgrades
 from workflows.operators.cli import output
 
@@ -115,12 +117,19 @@ def show_upgrade(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         if options[flag]:
             raise CommandError("--upgrade-to takes its versions from the Cluster and the plan")
     target = options["upgrade_to"]
+    control_plane = _versions(options["control_plane_plan"])
+    workers = _versions(options["workers_plan"])
+    policy_plan = None
+    if not control_plane and not workers:
+        policy_plan = _policy_plan(cluster, target)
+        if policy_plan is not None:
+            control_plane, workers = list(policy_plan.control_plane), list(policy_plan.workers)
     try:
         planned = upgrades.calls(
             cluster,
             target=target,
-            control_plane=_versions(options["control_plane_plan"]),
-            workers=_versions(options["workers_plan"]),
+            control_plane=control_plane,
+            workers=workers,
             settings=_settings(options),
         )
         plans = upgrades.dry_run(planned, actor=output.actor_of(options, acts=False))
@@ -133,6 +142,11 @@ def show_upgrade(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         f"upgrade of {cluster.namespace}/{cluster.name} from {cluster.topology_version} to "
         f"{target}: {len(plans)} hook calls"
     )
+    if policy_plan is not None:
+        stdout.write(
+            f"plan of upgrade policy {policy_plan.policy} (GenerateUpgradePlan): control plane "
+            f"{', '.join(policy_plan.control_plane)}; workers {', '.join(policy_plan.workers)}"
+        )
     total = 0.0
     for i, plan in enumerate(plans, start=1):
         stdout.write(f"{i}. {plan.label}")
@@ -150,6 +164,31 @@ def show_upgrade(stdout: OutputWrapper, options: dict[str, Any]) -> None:
         f"least time of the workflows in all: {durations.span(total)}, "
         "plus the windows and gates above and CAPI's own rollouts"
     )
+
+
+def _policy_plan(cluster: wire.Cluster, target: str) -> upgradeplan.Plan | None:
+    """The plan GenerateUpgradePlan would answer for `cluster` (workers at its version), or
+    None when no upgrade policy matches; a refusal is the hook's Failure message."""
+    found = policies.upgrade_policies()
+    namespace, labels, cluster_class = cluster.namespace, cluster.labels, cluster.class_name
+    if not any(p.matches(namespace, labels, cluster_class) for p in found):
+        return None
+    try:
+        policy = upgradeplan.matching(
+            found,
+            cluster=f"{namespace}/{cluster.name}",
+            namespace=namespace,
+            labels=labels,
+            cluster_class=cluster_class,
+        )
+        return upgradeplan.plan(
+            policy,
+            control_plane=cluster.topology_version,
+            workers=cluster.topology_version,
+            target=target,
+        )
+    except upgradeplan.PlanError as exc:
+        raise CommandError(f"GenerateUpgradePlan would answer Failure: {exc}") from None
 
 
 def _versions(text: str | None) -> list[str]:

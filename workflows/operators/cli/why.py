@@ -13,6 +13,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
 
+from workflows.engine import stalls
 from workflows.operators import explain, states
 from workflows.operators.cli import output
 
@@ -121,9 +122,9 @@ def _run(found: dict[str, Any]) -> list[str]:
 def _stalled(stalled: dict[str, Any]) -> list[str]:
     """A step that made no progress for longer than is normal, and what it waits for."""
     waits = stalled["waitsFor"] or "(it says nothing)"
+    said = stalls.wording(stalled["name"], stalled["for"], stalled["normal"])
     return [
-        f"  stalled: step {stalled['name']} ({stalled['type']}) has made no progress for "
-        f"{stalled['for']} (normal: up to {stalled['normal']}), since {stalled['since']}",
+        f"  {said}, since {stalled['since']}",
         f"    it waits for: {waits}",
     ]
 
