@@ -81,7 +81,11 @@ def test_the_changelog_has_unreleased_and_an_upgrading_note_per_release() -> Non
     assert released[-1] == "[0.1.0] - 2026-11-24"
     records = json.loads((ROOT / "releases.json").read_text())
     assert {r.split("]")[0].lstrip("[") for r in released} == {r["version"] for r in records}
+    # Each release says what upgrading to it means; so does "Unreleased" once it lists a
+    # change (`make release` refuses it otherwise; right after a release it is empty).
     for section in sections:
+        if section.startswith("[Unreleased]") and "\n- " not in section:
+            continue
         assert "\n### Upgrading\n" in section, section.split("\n", 1)[0]
 
 
@@ -187,6 +191,15 @@ def scratch(tmp_path: Path) -> Path:
         (copy / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / path, copy / path)
     shutil.copytree(ROOT / "charts", copy / "charts", dirs_exist_ok=True)
+    # Something to release, whatever "Unreleased" holds now (right after a release: nothing).
+    changelog = copy / "CHANGELOG.md"
+    text = changelog.read_text()
+    start = text.index("## [Unreleased]")
+    end = text.index("\n## [", start + 1)
+    unreleased = (
+        "## [Unreleased]\n\n### Upgrading\n\n- Nothing to do.\n\n### Added\n\n- A change.\n"
+    )
+    changelog.write_text(text[:start] + unreleased + text[end:])
     _git("init", "-q", cwd=copy)
     _git("add", "-A", cwd=copy)
     _git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "main", cwd=copy)
@@ -219,7 +232,7 @@ def test_a_release_sets_every_copy_and_records_its_commit(scratch: Path) -> None
     assert entry == {"version": new, "commit": head, "date": "2027-01-02"}
     text = (scratch / "releases.json").read_text()
     # The earlier releases' line stays as it was: the record only adds a line.
-    assert text.splitlines()[0] == before.rstrip("\n").removesuffix("]") + ","
+    assert text.startswith(before.rstrip("\n").removesuffix("]") + ",\n ")
     assert json.loads(text)[-1] == entry
     assert script["previous"](scratch) == head
     with pytest.raises(script["ReleaseError"], match="recorded already"):

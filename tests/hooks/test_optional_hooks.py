@@ -218,7 +218,7 @@ def test_an_update_machine_record_names_the_desired_spec(client: Client) -> None
     _post(client, "UpdateMachine", cm.update_machine(cm.objects(machine={"version": "v1.33.1"})))
     moments = list(HookCall.objects.filter(hook="UpdateMachine").values_list("moment", flat=True))
     assert len(set(moments)) == 2, "a new desired spec is a new moment"
-    assert all(re.fullmatch(r"Machine/md-0-abcde@[0-9a-f]{16}", m) for m in moments)
+    assert all(re.fullmatch(r"md-0-abcde@[0-9a-f]{16}", m) for m in moments)
 
 
 def test_the_openapi_document_has_the_optional_hooks_when_served() -> None:

@@ -300,8 +300,13 @@ def typed_template(value: Any, name: str) -> typed.Template:
             "spec.approvalRetryAfterSeconds",
             minimum=1,
         ),
+        # A failed UpdateMachine run answers Failure by default: CAPI marks the update failed
+        # and requeues (core/reconcilers/machine/machine_controller_inplace_update.go).
         "on_failure": problems.check(
-            fields.choice, raw.get("onFailure"), "spec.onFailure", ON_FAILURE
+            fields.choice,
+            raw.get("onFailure") or ("Fail" if hook == "UpdateMachine" else None),
+            "spec.onFailure",
+            ON_FAILURE,
         ),
         "deadline_seconds": problems.check(
             fields.integer, raw.get("deadlineSeconds"), "spec.deadlineSeconds", minimum=1
