@@ -34,6 +34,8 @@ ENVIRONMENT: dict[str, str] = {
     " `UpgradePlan` (GenerateUpgradePlan); none by default",
     "HOOKSVC_WEB_WORKERS": "gunicorn worker processes, default 2",
     "HOOKSVC_WEB_THREADS": "threads per gunicorn worker, default 8",
+    "HOOKSVC_WEB_DRAIN_SECONDS": "after SIGTERM, how long web keeps serving with /readyz failing"
+    " and every answer closing its connection, before it finishes what is in flight; default 5",
     "HOOKSVC_ALLOWED_HOSTS": "comma-separated Host names; default * (the hook port is TLS-only)",
     "HOOKSVC_LOG_FORMAT": "`json` (default in production) or `text`",
     "HOOKSVC_LOG_LEVEL": "log level, default INFO",

@@ -1,5 +1,6 @@
-"""How long, as an operator reads it at a glance: the pages, the CLI, the API and the Events
-share it (at the bottom of the layers, so the engine's stall notices say it the same way)."""
+"""How long and how many, as an operator reads it at a glance: the pages, the CLI, the API
+and the Events share it (at the bottom of the layers, so the engine's stall notices say it
+the same way)."""
 
 from __future__ import annotations
 
@@ -14,3 +15,14 @@ def span(seconds: float) -> str:
     if whole < 86400:
         return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
     return f"{whole // 86400} d {whole % 86400 // 3600} h"
+
+
+def count(number: int, word: str, plural: str = "") -> str:
+    """A count with its noun agreeing: "1 canary", "2 canaries", "0 volumes". `plural`
+    defaults to `word` + "s"."""
+    return f"{number} {word if number == 1 else plural or word + 's'}"
+
+
+def noun(number: int, word: str, plural: str = "") -> str:
+    """The noun alone, agreeing with `number` ("of 1 step", "of 5 steps")."""
+    return word if number == 1 else plural or word + "s"

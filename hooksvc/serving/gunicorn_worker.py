@@ -18,6 +18,23 @@ HOOKSVC_REQUEST_HEAD_SECONDS (default 5) of being accepted (or of becoming reada
 after a keep-alive wait) is closed. What still runs in a thread (the answer, a body larger
 than BUFFERED_BODY_BYTES or chunked) is bounded by HOOKSVC_REQUEST_DEADLINE_SECONDS
 (default 30): a watchdog shuts the socket down.
+
+The drain. gthread on its own (gunicorn 27.0.1, gunicorn/workers/gthread.py) takes SIGTERM
+in `ThreadWorker.handle_exit` (alive = False); `run` then stops accepting at once, keeps
+its kept-alive connections for STOP_KEEPALIVE_LINGER (2 s) answering a request on one with
+"Connection: close", waits for the requests in flight up to `graceful_timeout`, and closes
+what is left. Two things are lost that way behind a load balancer: connections it still
+sends in the moment after SIGTERM wait in the listen backlog and are reset when the
+process exits, and a client's kept-alive connection that stays idle past the 2 s is
+closed under a request it may be writing (Go's transport does not retry a POST written on
+a reused connection: net/http transport.go, `shouldRetryRequest`). Here SIGTERM first
+begins the drain (serving/drain.py) for HOOKSVC_WEB_DRAIN_SECONDS: /readyz fails, the
+worker keeps accepting and answering, and every answer begun from then on says
+"Connection: close" (gunicorn/http/wsgi.py, `Response.force_close` before its headers go
+out; gthread decides keep-alive when a request starts, so one in flight at SIGTERM would
+otherwise be answered keep-alive and closed idle 2 s later), so each connection a client
+holds ends at its next exchange, by the client's own reading of the answer. Then gthread's
+own stop runs as above, with the calls still in flight finished.
 """
 
 from __future__ import annotations
@@ -26,6 +43,7 @@ import contextlib
 import errno
 import os
 import selectors
+import signal
 import socket
 import ssl
 import threading
@@ -36,6 +54,8 @@ from typing import Any
 from gunicorn import http
 from gunicorn import sock as gsock
 from gunicorn.workers.gthread import ThreadWorker
+
+from hooksvc.serving import drain
 
 REQUEST_DEADLINE_SECONDS = float(os.environ.get("HOOKSVC_REQUEST_DEADLINE_SECONDS", "30"))
 REQUEST_HEAD_SECONDS = float(os.environ.get("HOOKSVC_REQUEST_HEAD_SECONDS", "5"))
@@ -112,9 +132,12 @@ class _Reading:
 
 
 class BoundedThreadWorker(ThreadWorker):  # type: ignore[misc]
-    """gthread that reads each request in its event loop before a thread takes it."""
+    """gthread that reads each request in its event loop before a thread takes it, each
+    thread's work bounded by REQUEST_DEADLINE_SECONDS, drained on SIGTERM."""
 
     watchdog = _Watchdog()
+    _drain_timer: threading.Timer | None = None
+    wsgi: Any
 
     def init_process(self) -> None:
         self._reading: dict[int, _Reading] = {}
@@ -206,9 +229,49 @@ class BoundedThreadWorker(ThreadWorker):  # type: ignore[misc]
             self._forget(reading)
             self._drop(reading.conn)
 
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        """SIGTERM: drain for drain.SECONDS, then gthread's own graceful stop."""
+        if self._drain_timer is not None or not self.alive:
+            return
+        drain.begin()
+        # Both run on the worker's main loop (gthread's own wake-up goes the same way), in
+        # this order.
+        self.method_queue.defer(self._draining)
+        self._drain_timer = threading.Timer(
+            drain.SECONDS, self.method_queue.defer, (self._drained,)
+        )
+        self._drain_timer.daemon = True
+        self._drain_timer.start()
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        self.wsgi = _closing_while_draining(self.wsgi)
+
+    def _draining(self) -> None:
+        self.log.info("Draining for %g s: readiness fails, answers close", drain.SECONDS)
+
+    def _drained(self) -> None:
+        self.log.info("Drained: no new connections; finishing the calls in flight")
+        super().handle_exit(signal.SIGTERM, None)
+
     def handle(self, conn: Any) -> Any:
         self.watchdog.watch(conn)
         try:
             return super().handle(conn)
         finally:
             self.watchdog.forget(conn)
+
+
+def _closing_while_draining(app: Any) -> Any:
+    """`app`, whose answers close their connection once the drain has begun."""
+
+    def closing(environ: Any, start_response: Any) -> Any:
+        def start(status: str, headers: Any, exc_info: Any = None) -> Any:
+            if drain.draining():
+                # gunicorn's start_response is its Response's method (gunicorn/http/wsgi.py).
+                start_response.__self__.force_close()
+            return start_response(status, headers, exc_info)
+
+        return app(environ, start)
+
+    return closing
