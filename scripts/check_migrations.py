@@ -10,7 +10,7 @@ each migration from the SQL `sqlmigrate` prints for it; docs/deploy.md says why 
 than django-pg-zero-downtime-migrations.
 
 Which migrations: every migration file of a project app that the previous release's commit
-(the last of releases.json) does not have, committed or not. `make lint` runs it; it needs
+(scripts/release.py previous_release) does not have, committed or not. `make lint` runs it; it needs
 PostgreSQL (`sqlmigrate` reads the migration table), the tests' server by default
 (HOOKSVC_TEST_PG_HOST/PORT/USER, its `postgres` database), and exits 1 on a migration the
 previous release cannot run beside, saying what to do.
@@ -98,8 +98,8 @@ def _previous() -> tuple[str, str]:
     import runpy
 
     release = runpy.run_path(str(ROOT / "scripts" / "release.py"))
-    records = release["releases"](ROOT)
-    return str(records[-1]["version"]), str(records[-1]["commit"])
+    record = release["previous_release"](ROOT)
+    return str(record["version"]), str(record["commit"])
 
 
 def _released_files(commit: str) -> set[Path]:

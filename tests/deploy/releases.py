@@ -1,7 +1,7 @@
 """The previous release, for the rolling-upgrade test: its commit and its tree.
 
 `releases.json` at the repository's root records every release's commit (docs/releasing.md);
-the newest entry is the release this checkout upgrades from. Its tree comes from git itself
+`previous` is the release this checkout upgrades from. Its tree comes from git itself
 (`git archive`), so a clone with history needs no network.
 
 It runs with this checkout's virtualenv rather than one built from its own requirements:
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import json
 import re
+import runpy
 import subprocess
 import tarfile
 import tempfile
@@ -37,11 +37,11 @@ class Release:
 
 
 def previous() -> Release:
-    """The newest release recorded in releases.json."""
-    entries = json.loads(RECORD.read_text())
-    assert entries, f"{RECORD} records no release"
-    newest = entries[-1]
-    return Release(newest["version"], newest["commit"])
+    """The release this checkout upgrades from (scripts/release.py previous_release: the
+    newest recorded one whose code differs from this checkout's)."""
+    script = runpy.run_path(str(servers.ROOT / "scripts" / "release.py"))
+    record = script["previous_release"](servers.ROOT)
+    return Release(record["version"], record["commit"])
 
 
 def extract(release: Release, dest: Path) -> Path:
