@@ -177,3 +177,33 @@ def test_make_run_signin_signs_sample_people_in_with_their_roles(
         )
         assert done.returncode == 0, done.stderr
         assert "team-a-prod" in done.stdout and "team-b-prod" not in done.stdout, done.stdout
+
+
+#: How every page writes a time (workflows.durations.at): to the second, with its zone.
+A_TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
+
+
+def test_every_time_on_a_run_page_and_the_run_list_is_written_one_way_with_its_zone(
+    hook_server: servers.HookServer, browser: BrowserContext, output_dir: Path
+) -> None:
+    """The run page wrote its summary "2026-11-28 12:03:04", its history and hook calls the
+    same without a zone, "held for" with "UTC", and the admin's lists Django's "Nov. 28,
+    2026, 12:03 p.m."; a reader could not tell which zone any of them was in."""
+    import re
+
+    run = waiting_run("team-a")
+    page = operator_page(browser, f"https://localhost:{hook_server.port}")
+    call_command(
+        "workflows", "approve", str(run.pk), "--step", "approve", "--reason", "CAB-1",
+        "--actor", "ops:ann", stdout=io.StringIO(),
+    )  # fmt: skip
+    page.goto(f"https://localhost:{hook_server.port}/admin/workflows/run/{run.pk}/change/")
+    history = page.locator("#history tbody tr td:first-child")
+    expect(history.first).to_have_text(re.compile(f"^{A_TIME}$"))
+    calls = page.locator("#hook-calls tbody tr td:first-child")
+    expect(calls.first).to_have_text(re.compile(f"^{A_TIME}"))
+    summary = page.locator(".hk-summary dd")
+    expect(summary.nth(2)).to_have_text(re.compile(f"^{A_TIME}$"))  # created
+    shoot(page, output_dir, "run-times")
+    page.goto(f"https://localhost:{hook_server.port}/admin/workflows/hookcall/")
+    expect(page.locator("#result_list tbody tr").first).to_contain_text(re.compile(A_TIME))

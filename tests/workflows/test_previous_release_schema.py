@@ -8,8 +8,8 @@ database default refuses every such insert (0.1.0's worker failed every run's st
 
 - the rows 0.1.0's worker writes when it starts a run, in the SQL of e385ce1's models
   (`git show e385ce1:workflows/models.py`), and the new columns read their defaults;
-- one row of every model of the previous release (releases.json's last), as its migrations
-  leave its models, with the values Django gives a field that is not set (its default,
+- one row of every model of the previous release (tests/deploy/releases.py previous), as its
+  migrations leave its models, with the values Django gives a field that is not set (its default,
   NULL where nullable, else a sample): what any insert of that release writes at least.
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import datetime
-import json
 import re
 import secrets
 import subprocess
@@ -28,6 +27,8 @@ import pytest
 from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 from django.db.models import Field, Model
+
+from tests.deploy import releases
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: The release the issue upgraded from; its models are read below as they were.
@@ -43,7 +44,7 @@ def _git(*args: str) -> str:
 
 
 def _previous_release() -> str:
-    return str(json.loads((ROOT / "releases.json").read_text())[-1]["commit"])
+    return releases.previous().commit
 
 
 def _insert(table: str, row: dict[str, Any], pk: str = "id") -> Any:
