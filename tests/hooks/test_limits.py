@@ -73,9 +73,9 @@ def _closed_by_server(sock: socket.socket, wait: float = 15) -> float:
 
 
 def _discovery_status(server: servers.HookServer, tries: int = 3) -> int:
-    """A discovery call's status. A call the server cut at the deadline (2 s here, which a
-    loaded machine's handshake and first request can pass) is made again, a few times: a
-    server that stopped answering answers none of them."""
+    """A discovery call's status. A call the server cut at one of its bounds (which a loaded
+    machine's handshake and first request can pass) is made again, a few times: a server
+    that stopped answering answers none of them."""
     body = {"apiVersion": capi.API_VERSION, "kind": "DiscoveryRequest"}
     for attempt in range(tries):
         try:
