@@ -136,6 +136,11 @@ def render(results: dict[str, Any], *, sizes: env.Sizes, quick: bool, minutes: f
     if fleet is not None:
         lines += fleet_report.summary_rows(fleet)
         details += fleet_report.section(fleet, sizes)
+    answers = results.get("inplace")
+    if answers is not None:
+        from bench import inplace
+
+        lines += inplace.rows(answers)
     web_rss = hooks.web_rss_mib if hooks is not None else (start.web_rss_mib if start else [])
     worker_rss = (engine.worker_rss_mib if engine is not None else []) or (
         start.worker_rss_mib if start else []

@@ -1,6 +1,6 @@
-"""`make bench`: run benchmarks 1-4 and 6 (5, memory, is read during them); docs/benchmarks.md.
+"""`make bench`: run benchmarks 1-4, 6 and 7 (5, memory, is read during them); docs/benchmarks.md.
 
-    python -m bench.run [--quick] [--only hooks,engine,waiting,start,fleet]
+    python -m bench.run [--quick] [--only hooks,engine,waiting,start,fleet,inplace]
 
 Figures are printed as they come and written, with their baselines, ratios and the
 machine's core count, into docs/benchmarks.md (see bench/report.py). Sizes and durations
@@ -16,7 +16,7 @@ import time
 
 from bench import env
 
-ALL = ("hooks", "engine", "waiting", "start", "fleet")
+ALL = ("hooks", "engine", "waiting", "start", "fleet", "inplace")
 
 
 def main() -> None:
@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--output", default=str(env.ROOT / "docs" / "benchmarks.md"))
     args = parser.parse_args()
     env.setup_django()
-    from bench import db, engine, fleet, hooks, report, start, waiting
+    from bench import db, engine, fleet, hooks, inplace, report, start, waiting
 
     sizes = env.sizes(quick=args.quick)
     chosen = [b for b in args.only.split(",") if b]
@@ -53,6 +53,9 @@ def main() -> None:
     if "fleet" in chosen:
         print("6. fleet lifecycle", flush=True)
         results["fleet"] = fleet.bench(sizes)
+    if "inplace" in chosen:
+        print("7. in-place and upgrade-plan answers", flush=True)
+        results["inplace"] = inplace.bench()
     db.flush_redis()
     text = report.render(
         results, sizes=sizes, quick=args.quick, minutes=(time.monotonic() - began) / 60

@@ -34,6 +34,8 @@ ENVIRONMENT: dict[str, str] = {
     " `UpgradePlan` (GenerateUpgradePlan); none by default",
     "HOOKSVC_WEB_WORKERS": "gunicorn worker processes, default 2",
     "HOOKSVC_WEB_THREADS": "threads per gunicorn worker, default 8",
+    "HOOKSVC_WEB_DRAIN_SECONDS": "after SIGTERM, how long web keeps serving with /readyz failing"
+    " and every answer closing its connection, before it finishes what is in flight; default 5",
     "HOOKSVC_ALLOWED_HOSTS": "comma-separated Host names; default * (the hook port is TLS-only)",
     "HOOKSVC_LOG_FORMAT": "`json` (default in production) or `text`",
     "HOOKSVC_LOG_LEVEL": "log level, default INFO",
@@ -80,6 +82,8 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_HELM_TIMEOUT_SECONDS": "one helm command is stopped (SIGTERM, then SIGKILL) after"
     " this long, default 300; helm's own --timeout is a little less",
     "HOOKSVC_REQUEST_DEADLINE_SECONDS": "a request is cut off after this long, default 30",
+    "HOOKSVC_REQUEST_HEAD_SECONDS": "a connection that has not sent its request (TLS handshake,"
+    " head, a short body) within this long is closed, default 5",
     "HOOKSVC_WORKER_METRICS_PORT": "a Celery worker serves its own /metrics on this port",
     "HOOKSVC_WATCHER_PORT": "the Cluster watcher serves /healthz and /metrics on this port",
     "HOOKSVC_COMMIT": "the commit this build is of (the image sets it); unset: the"

@@ -197,6 +197,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
+#: Times in the admin's own lists as on hooksvc's pages, with their zone (hooksvc/formats).
+FORMAT_MODULE_PATH = ["hooksvc.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True

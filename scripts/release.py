@@ -10,7 +10,7 @@ that repeats it (the chart, the prod overlay's image tag, clusterctl's files and
                                     # adds HEAD to releases.json
     scripts/release.py check           # exit 1 naming each copy that is not __version__
     scripts/release.py version         # __version__
-    scripts/release.py previous        # the newest recorded release's commit
+    scripts/release.py previous        # the commit of the release this checkout upgrades from
 
 docs/releasing.md walks through a release. Run with any Python 3.11 (no dependency but the
 standard library; clusterctl's files are regenerated with scripts/clusterctl-files).
@@ -87,12 +87,31 @@ def releases(root: Path = ROOT) -> list[dict[str, str]]:
     return records
 
 
-def previous(root: Path = ROOT) -> str:
-    """The newest recorded release's commit: what the checks of "the previous release" read."""
+def previous_release(root: Path = ROOT) -> dict[str, str]:
+    """The release this checkout upgrades from, which every check of "the previous release"
+    reads: the newest recorded one whose code the checkout changes. At a release itself
+    (nothing but releases.json changed since its commit) that is the release before it, so
+    that a release is checked against its predecessor, not against itself."""
     records = releases(root)
     if not records:
         raise ReleaseError(f"{RELEASES} records no release")
-    return records[-1]["commit"]
+    for record in reversed(records[1:]):
+        # Exit 0: no difference in the tracked files but the record (work tree included).
+        same = subprocess.run(  # noqa: S603
+            ["git", "diff", "--quiet", record["commit"], "--", ".", f":(exclude){RELEASES}"],  # noqa: S607
+            cwd=root,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        if same.returncode != 0:
+            return record
+    return records[0]
+
+
+def previous(root: Path = ROOT) -> str:
+    """The previous release's commit (previous_release)."""
+    return previous_release(root)["commit"]
 
 
 def check(root: Path = ROOT) -> list[str]:

@@ -243,3 +243,37 @@ def test_the_docs_describe_every_built_in_step_type() -> None:
     assert names - described == set(), (
         "describe the parameters in docs/templates.md or docs/kubernetes-steps.md"
     )
+
+
+def _served_api_versions() -> dict[str, set[str]]:
+    """Each custom resource kind, and the group/version its CRD serves (k8s/base/crds)."""
+    import yaml
+
+    served: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "k8s" / "base" / "crds").glob("hooks.*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        spec = crd["spec"]
+        versions = {f"{spec['group']}/{v['name']}" for v in spec["versions"] if v["served"]}
+        served.setdefault(spec["names"]["kind"], set()).update(versions)
+    return served
+
+
+def test_every_example_document_uses_the_api_version_its_crd_serves() -> None:
+    """`kubectl apply` finds a kind by its CRD's group (hooks.hooksvc.io/v1alpha1); the README
+    once said `hooksvc/v1alpha1`, which only apply_workflows takes."""
+    served = _served_api_versions()
+    assert set(served) >= {"WorkflowTemplate", "AddonProfile"}
+    pages = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+    found = 0
+    wrong = []
+    for page in pages:
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            version = re.fullmatch(r"\s*(?:- )?apiVersion: (\S+)", line)
+            kind = re.fullmatch(r"\s*kind: (\S+)", lines[i + 1]) if i + 1 < len(lines) else None
+            if version and kind and kind.group(1) in served:
+                found += 1
+                if version.group(1) not in served[kind.group(1)]:
+                    wrong.append(f"{page.name}:{i + 1}: {kind.group(1)} as {version.group(1)}")
+    assert found >= 5, "the pages' example documents were not found"
+    assert not wrong, f"use the API version the CRD serves: {wrong}"

@@ -60,6 +60,18 @@ def test_clusterctl_metadata_has_this_versions_series_and_every_releases() -> No
     assert {tuple(int(p) for p in v.split(".")[:2]) for v in versions} <= series
 
 
+def _git_changed(commit: str) -> bool:
+    """Whether this checkout's tracked files differ from `commit`'s, releases.json aside."""
+    changed = subprocess.run(
+        ["git", "diff", "--quiet", commit, "--", ".", ":(exclude)releases.json"],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    return changed.returncode != 0
+
+
 def test_releases_json_records_the_previous_release_commit_in_this_history() -> None:
     records = json.loads((ROOT / "releases.json").read_text())
     assert records[0] == {
@@ -70,7 +82,10 @@ def test_releases_json_records_the_previous_release_commit_in_this_history() -> 
     for record in records:
         # A clean clone can check each release out: its commit is an ancestor of HEAD.
         _git("merge-base", "--is-ancestor", record["commit"], "HEAD")
-    assert release()["previous"]() == records[-1]["commit"]
+    # What the checks read: the newest release, or at a release itself the one before it.
+    code_since_newest = _git_changed(records[-1]["commit"])
+    expected = records[-1] if code_since_newest or len(records) == 1 else records[-2]
+    assert release()["previous"]() == expected["commit"]
 
 
 def test_the_changelog_has_unreleased_and_an_upgrading_note_per_release() -> None:
@@ -81,7 +96,11 @@ def test_the_changelog_has_unreleased_and_an_upgrading_note_per_release() -> Non
     assert released[-1] == "[0.1.0] - 2026-11-24"
     records = json.loads((ROOT / "releases.json").read_text())
     assert {r.split("]")[0].lstrip("[") for r in released} == {r["version"] for r in records}
+    # Each release says what upgrading to it means; so does "Unreleased" once it lists a
+    # change (`make release` refuses it otherwise; right after a release it is empty).
     for section in sections:
+        if section.startswith("[Unreleased]") and "\n- " not in section:
+            continue
         assert "\n### Upgrading\n" in section, section.split("\n", 1)[0]
 
 
@@ -187,6 +206,15 @@ def scratch(tmp_path: Path) -> Path:
         (copy / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / path, copy / path)
     shutil.copytree(ROOT / "charts", copy / "charts", dirs_exist_ok=True)
+    # Something to release, whatever "Unreleased" holds now (right after a release: nothing).
+    changelog = copy / "CHANGELOG.md"
+    text = changelog.read_text()
+    start = text.index("## [Unreleased]")
+    end = text.index("\n## [", start + 1)
+    unreleased = (
+        "## [Unreleased]\n\n### Upgrading\n\n- Nothing to do.\n\n### Added\n\n- A change.\n"
+    )
+    changelog.write_text(text[:start] + unreleased + text[end:])
     _git("init", "-q", cwd=copy)
     _git("add", "-A", cwd=copy)
     _git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "main", cwd=copy)
@@ -219,8 +247,12 @@ def test_a_release_sets_every_copy_and_records_its_commit(scratch: Path) -> None
     assert entry == {"version": new, "commit": head, "date": "2027-01-02"}
     text = (scratch / "releases.json").read_text()
     # The earlier releases' line stays as it was: the record only adds a line.
-    assert text.splitlines()[0] == before.rstrip("\n").removesuffix("]") + ","
+    assert text.startswith(before.rstrip("\n").removesuffix("]") + ",\n ")
     assert json.loads(text)[-1] == entry
+    # At the release itself the checks read the release before it, not the release...
+    assert script["previous"](scratch) == json.loads(before)[-1]["commit"]
+    # ... and once main's code moves on, the release.
+    (scratch / "CHANGELOG.md").write_text((scratch / "CHANGELOG.md").read_text() + "\n")
     assert script["previous"](scratch) == head
     with pytest.raises(script["ReleaseError"], match="recorded already"):
         script["record"](scratch)

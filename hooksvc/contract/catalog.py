@@ -166,7 +166,12 @@ BY_PATH_SEGMENT: dict[str, Hook] = {h.path_segment: h for h in ALL_HOOKS.values(
 #: watcher starts the runs of templates that name it, once per Cluster; they hold nothing.
 CLUSTER_DELETED = Hook(name="ClusterDeleted", blocking=False, moment=Moment.NONE)
 #: Every moment a workflow template may name: CAPI's hooks and hooksvc's own.
-MOMENTS: dict[str, Hook] = {**HOOKS, CLUSTER_DELETED.name: CLUSTER_DELETED}
+#: UpdateMachine is a moment too: a workflow per requested update of a Machine.
+MOMENTS: dict[str, Hook] = {
+    **HOOKS,
+    CLUSTER_DELETED.name: CLUSTER_DELETED,
+    "UpdateMachine": OPTIONAL_HOOKS["UpdateMachine"],
+}
 
 DISCOVERY_PATH_SEGMENT = "discovery"
 

@@ -211,6 +211,57 @@ def parse(hook: catalog.Hook, body: bytes) -> OptionalCall:
     )
 
 
+#: Run moments are at most this long (Run.moment); a longer Machine name is cut and hashed.
+MAX_MOMENT = 200
+
+
+def update_moment(call: UpdateMachineCall) -> str:
+    """`<machine>@<digest of the desired specs>`: one run per requested update."""
+    name = call.desired.owner.name
+    if len(name) + 1 + DIGEST_LENGTH > MAX_MOMENT:
+        cut = MAX_MOMENT - 2 * DIGEST_LENGTH - 2
+        name = f"{name[:cut]}~{hashlib.sha256(name.encode()).hexdigest()[:DIGEST_LENGTH]}"
+    return f"{name}@{call.digest}"
+
+
+def update_hook_call(call: UpdateMachineCall) -> wire.HookCall:
+    """UpdateMachine as the engine's hook call: the Machine's Cluster (namespace and
+    spec.clusterName; the request has no UID) with the Machine's labels, which templates'
+    clusterSelector.matchLabels match, and the Machine as the runs' steps see it."""
+    owner = call.desired.owner
+    meta = owner.raw.get("metadata") or {}
+    annotations = meta.get("annotations")
+    version = owner.spec.get("version")
+    return wire.HookCall(
+        hook=call.hook,
+        settings=call.settings,
+        cluster=wire.Cluster(
+            name=call.desired.cluster_name,
+            namespace=owner.namespace,
+            uid="",
+            labels=owner.labels,
+            annotations=annotations if isinstance(annotations, dict) else {},
+            deletion_timestamp="",
+            topology_version=version if isinstance(version, str) else "",
+            class_name="",
+            class_namespace="",
+        ),
+        update_moment=update_moment(call),
+        machine={
+            "name": owner.name,
+            "namespace": owner.namespace,
+            "labels": owner.labels,
+            "version": version if isinstance(version, str) else "",
+            "digest": call.digest,
+            "spec": owner.spec,
+            "infrastructureMachine": {
+                "kind": call.desired.infrastructure.kind,
+                "name": call.desired.infrastructure.name,
+            },
+        },
+    )
+
+
 def record_fields(call: OptionalCall) -> tuple[str, str, str, str]:
     """(cluster key, cluster namespace, cluster name, moment) for the hook-call record."""
     if isinstance(call, UpgradePlanCall):
@@ -221,5 +272,5 @@ def record_fields(call: OptionalCall) -> tuple[str, str, str, str]:
     cluster = objects.cluster_name
     moment = f"{owner.kind}/{owner.name}"
     if isinstance(call, UpdateMachineCall):
-        moment += f"@{call.digest}"
+        moment = update_moment(call)
     return wire.cluster_key("", owner.namespace, cluster), owner.namespace, cluster, moment

@@ -70,6 +70,10 @@ class HookCall:
     version: str = ""
     control_plane_upgrades: tuple[str, ...] = ()
     workers_upgrades: tuple[str, ...] = ()
+    #: UpdateMachine: the Machine's name and desired-spec digest (its moment), and what
+    #: the run's steps see of it (hooksvc.contract.machines.update_call).
+    update_moment: str = ""
+    machine: dict[str, Any] | None = None
 
 
 def excerpt(value: object) -> str:

@@ -161,7 +161,13 @@ def _serve(broker: devbroker.Server | None) -> int:
     sys.stdout.flush()
 
     python = sys.executable
-    env = {**os.environ, "HOOKSVC_BIND": bind, "CELERY_BROKER_URL": settings.CELERY_BROKER_URL}
+    env = {
+        **os.environ,
+        "HOOKSVC_BIND": bind,
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        # One server and no load balancer to drain towards: Ctrl-C stops it at once.
+        "HOOKSVC_WEB_DRAIN_SECONDS": os.environ.get("HOOKSVC_WEB_DRAIN_SECONDS", "0"),
+    }
     holding = "the hook keeps answering from PostgreSQL meanwhile"
     # Everything each process wrote; the terminal gets it with tracebacks folded.
     logs = Path(settings.DATA_DIR) / "log"

@@ -6,9 +6,12 @@ keeps connections alive, so the gthread worker (which supports keep-alive) serve
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
+
+from hooksvc.serving import drain
 
 _tls_dir = Path(
     os.environ.get("HOOKSVC_TLS_DIR")
@@ -29,7 +32,9 @@ threads = int(os.environ.get("HOOKSVC_WEB_THREADS", "8"))
 keepalive = 75
 # A hook call answers in milliseconds; anything near CAPI's 30 s ceiling is stuck.
 timeout = 30
-graceful_timeout = 20
+#: How long the master waits after SIGTERM before it kills its workers: their drain
+#: (serving/gunicorn_worker.py, HOOKSVC_WEB_DRAIN_SECONDS), then 20 s for the calls in flight.
+graceful_timeout = math.ceil(drain.SECONDS) + 20
 # certfile and keyfile switch gunicorn to TLS; the context itself comes from ssl_context.
 certfile = str(_tls_dir / "tls.crt")
 keyfile = str(_tls_dir / "tls.key")

@@ -75,6 +75,42 @@ def test_protocol_problems(
     assert Run.objects.get().state == "running"
 
 
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"limit": "-5"}, "limit"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "ten"}, "limit"),
+        ({"limit": "501"}, "limit"),
+        ({"limit": "9" * 5000}, "limit"),
+        ({"offset": "-1"}, "offset"),
+        ({"offset": "\N{SUPERSCRIPT TWO}"}, "offset"),
+    ],
+)
+@pytest.mark.parametrize("path", ["/api/v1/runs/", "/api/v1/fleet/"])
+def test_a_page_it_cannot_read_is_refused_not_replaced_by_another(
+    admin: APIClient, path: str, query: dict[str, str], field: str
+) -> None:
+    """DRF's LimitOffsetPagination reads `?limit=-5` as the default limit (rest_framework/
+    pagination.py, get_limit: `_positive_int` raises ValueError, caught, default_limit)."""
+    waiting_run("team-a")
+    response = admin.get(path, query)
+    assert response.status_code == 400, response.content
+    (error,) = problem(response)["errors"]
+    assert error["field"] == field
+    assert "must be a whole number from" in error["message"]
+    assert admin.get(path, {"limit": "1", "offset": "0"}).json()["count"] == 1
+
+
+def test_a_filter_with_a_nul_character_is_refused(admin: APIClient) -> None:
+    """PostgreSQL's text type holds no NUL (psycopg refuses to send one): a 400, not a 500
+    (schemathesis found `?template=%00`)."""
+    response = admin.get("/api/v1/runs/", {"template": "a\x00b"})
+    assert response.status_code == 400
+    (error,) = problem(response)["errors"]
+    assert (error["field"], error["message"]) == ("template", "must not contain a NUL character")
+
+
 def test_an_action_that_does_not_apply_is_a_conflict(admin: APIClient) -> None:
     run = waiting_run("team-a")
     Run.objects.filter(pk=run.pk).update(state="succeeded")

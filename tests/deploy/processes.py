@@ -25,12 +25,16 @@ import psycopg
 from django.conf import settings
 from psycopg import sql
 
+from hooksvc.serving import drain
 from tests.support import servers
 
 ENTRYPOINT = servers.ROOT / "docker-entrypoint.sh"
 #: How long a process may take to stop after SIGTERM (ARCHITECTURE invariant 9; Kubernetes
 #: and podman then SIGKILL after their grace period).
 STOP_SECONDS = 5.0
+#: A web process first drains (hooksvc/serving/gunicorn_worker.py): it stops within its
+#: drain and the same 5 s.
+WEB_STOP_SECONDS = drain.SECONDS + STOP_SECONDS
 
 
 def _admin_connection() -> psycopg.Connection[tuple[object, ...]]:
@@ -60,6 +64,20 @@ def fresh_database(suffix: str) -> Iterator[str]:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@contextlib.contextmanager
+def migrated_database(suffix: str) -> Iterator[str]:
+    """fresh_database, migrated by this checkout's `manage.py migrate`."""
+    with fresh_database(suffix) as url:
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=servers.ROOT,
+            env=production_env(database_url=url, data_dir=Path("/nonexistent")),
+            check=True,
+            timeout=300,
+        )
+        yield url
 
 
 def applied_migrations(database_url: str) -> int:
@@ -165,19 +183,19 @@ class Pid1:
         assert self.outer.poll() is None, f"already ended:\n{self.log()}"
         os.kill(inner, signum)
 
-    def sigterm(self) -> tuple[int, float]:
+    def sigterm(self, within: float = STOP_SECONDS) -> tuple[int, float]:
         """SIGTERM the namespace's init from outside, as a container runtime does.
 
         Returns its exit status and how long it took to stop; fails if it is still running
-        after STOP_SECONDS.
+        after `within` seconds.
         """
         sent = time.monotonic()
         self.send(signal.SIGTERM)
         try:
-            code = self.outer.wait(timeout=STOP_SECONDS)
+            code = self.outer.wait(timeout=within)
         except subprocess.TimeoutExpired:
             raise AssertionError(
-                f"still running {STOP_SECONDS} s after SIGTERM as PID 1:\n{self.log()}"
+                f"still running {within} s after SIGTERM as PID 1:\n{self.log()}"
             ) from None
         return code, time.monotonic() - sent
 

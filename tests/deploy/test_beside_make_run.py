@@ -145,3 +145,23 @@ def test_the_cli_as_a_person_of_a_provider_it_does_not_know_says_what_it_lacks()
     assert f"'ann@example.com' signs in through {ISSUER}" in said
     assert "no provider (HOOKSVC_OIDC_ISSUER is unset)" in said
     assert "var/make-run.json" in said
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cli_action_prints_its_answer_and_no_log_line_after_it(
+    tmp_path: Path, make_run_process: subprocess.Popen[bytes]
+) -> None:
+    """The action's INFO log line ("operator cli:... did release ...") came on the terminal
+    after its answer; it is for the server's log, and `workflows -v 2 ...` still shows it."""
+    run = _run("team-a")
+    devrun.write(tmp_path, {"DATABASE_URL": _database_url()}, make_run_process.pid)
+    release = ("workflows", "release", str(run.pk), "--reason", "CAB-1", "--actor", "ops:ann")
+    code, out, err = _manage(tmp_path, servers.ROOT, *release)
+    assert code == 0, err
+    assert out.startswith(f"run {run.pk}: release recorded"), out
+    assert err == "", err
+    cancel = ("cancel", str(run.pk), "--reason", "CAB-2", "--actor", "ops:ann")
+    code, out, err = _manage(tmp_path, servers.ROOT, "workflows", "-v", "2", *cancel)
+    assert code == 0, err
+    assert out.startswith(f"run {run.pk}: cancel"), out
+    assert "operator ops:ann did cancel" in err, err

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import secrets
 import ssl
+import subprocess
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ import pytest
 import yaml
 from django.conf import settings
 
+import hooksvc
 from hooksvc.celery import app as celery_app
 from tests.deploy import containers, processes
 from tests.support import servers
@@ -128,7 +130,7 @@ def test_web_answers_discovery_over_tls_and_stops_on_sigterm(migrated: str, tls_
         body = _discovery(port, tls_dir / "ca.crt")
         assert body is not None and body["status"] == "Success"
         assert len(body["handlers"]) == 9
-        code, seconds = web.sigterm(within=STOP_SECONDS)
+        code, seconds = web.sigterm(within=processes.WEB_STOP_SECONDS)
         print(f"{web.name} stopped {seconds:.1f} s after SIGTERM")
         logs = web.logs()
     assert code == 0, logs
@@ -208,3 +210,20 @@ def test_waiting_for_migrations_ends_once_none_is_pending(migrated: str) -> None
     with containers.run("wait-for-migrations", environment=_environment(migrated)) as wait:
         assert wait.wait_exit(timeout=120) == 0, wait.logs()
         assert "waiting for the migrate Job" not in wait.logs()
+
+
+def test_the_image_says_its_version_and_commit(image: str) -> None:
+    """The OCI labels (image-spec annotations.md: org.opencontainers.image.version and
+    .revision) and the image's `version` command name this checkout's version and commit."""
+    labels = json.loads(
+        containers.podman("image", "inspect", "--format", "{{json .Labels}}", image).stdout
+    )
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.strip()
+    assert labels["org.opencontainers.image.version"] == hooksvc.__version__
+    assert labels["org.opencontainers.image.revision"].removesuffix("-dirty") == head
+    with containers.run("version", environment={}) as version:
+        assert version.wait_exit(timeout=120) == 0, version.logs()
+        commit = labels["org.opencontainers.image.revision"]
+        assert version.logs() == f"hooksvc {hooksvc.__version__} (commit {commit})\n"

@@ -1,4 +1,5 @@
-"""Every process of the image stops within 5 s of SIGTERM as PID 1, as in a container.
+"""Every process of the image stops within 5 s of SIGTERM as PID 1, as in a container (web
+after its drain: tests/deploy/test_web_drain.py).
 
 The kernel delivers to the init of a PID namespace only the signals it has a handler for,
 from inside the namespace or from an ancestor; SIGKILL and SIGSTOP from an ancestor are the
@@ -86,6 +87,9 @@ def test_web_stops_on_sigterm_and_exits_0(
             "HOOKSVC_TLS_DIR": str(tls_files.server_dir),
             "HOOKSVC_BIND": f"127.0.0.1:{port}",
             "HOOKSVC_WEB_WORKERS": "2",
+            # The drain has its own tests (test_web_drain.py); here, the signal's handling,
+            # which is the same with none.
+            "HOOKSVC_WEB_DRAIN_SECONDS": "0",
         },
     )
     with as_pid1(entrypoint("web"), env, tmp_path / "log") as proc:

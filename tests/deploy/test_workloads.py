@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hooksvc.serving import gunicorn_conf
+from hooksvc.serving import drain, gunicorn_conf
 from tests.deploy import manifests
 
 WEB_LABELS = {"app.kubernetes.io/name": "hooksvc", "app.kubernetes.io/component": "web"}
@@ -63,7 +63,7 @@ def test_web_probes_healthz_and_readyz_over_https(
             assert (get["path"], get["scheme"], port[get["port"]]) == (path, "HTTPS", 9443), name
 
 
-def test_web_runs_two_replicas_spread_over_nodes_with_a_budget(
+def test_web_runs_two_replicas_spread_over_nodes_and_zones_with_a_budget(
     rendered: dict[str, list[manifests.Obj]],
 ) -> None:
     assert manifests.find(rendered["base"], "Deployment", "hooksvc-web")["spec"]["replicas"] == 2
@@ -72,11 +72,21 @@ def test_web_runs_two_replicas_spread_over_nodes_with_a_budget(
         replicas = web["spec"]["replicas"]
         assert replicas >= 2, name
         assert web["spec"]["template"]["metadata"]["labels"] == WEB_LABELS
-        terms = manifests.pod_spec(web)["affinity"]["podAntiAffinity"][
-            "preferredDuringSchedulingIgnoredDuringExecution"
-        ]
-        assert [t["podAffinityTerm"]["topologyKey"] for t in terms] == ["kubernetes.io/hostname"]
-        assert terms[0]["podAffinityTerm"]["labelSelector"] == {"matchLabels": WEB_LABELS}
+        # A rollout adds a ready pod before it takes one away.
+        assert web["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+        spread = manifests.pod_spec(web)["topologySpreadConstraints"]
+        assert [c["topologyKey"] for c in spread] == [
+            "kubernetes.io/hostname",
+            "topology.kubernetes.io/zone",
+        ], name
+        for constraint in spread:
+            assert constraint["labelSelector"] == {"matchLabels": WEB_LABELS}, name
+            assert constraint["maxSkew"] == 1, name
+            # A single-node cluster still runs every replica.
+            assert constraint["whenUnsatisfiable"] == "ScheduleAnyway", name
+            # Each ReplicaSet spreads on its own: a rollout's new pods too.
+            assert constraint["matchLabelKeys"] == ["pod-template-hash"], name
+        assert "affinity" not in manifests.pod_spec(web), "one way to spread, not two"
         pdb = manifests.find(objects, "PodDisruptionBudget", "hooksvc-web")
         assert pdb["spec"]["selector"] == {"matchLabels": WEB_LABELS}, name
         # At least one server stays, and a node drain can still evict one.
@@ -113,15 +123,22 @@ def test_the_cluster_watcher_is_a_single_replica_running_watch_clusters(
     assert 'exec python manage.py watch_clusters "$@"' in script
 
 
-def test_the_grace_period_covers_prestop_and_gunicorns_graceful_timeout(
+def test_the_grace_period_covers_prestop_the_drain_and_the_calls_in_flight(
     rendered: dict[str, list[manifests.Obj]],
 ) -> None:
+    """preStop, then SIGTERM: the drain (HOOKSVC_WEB_DRAIN_SECONDS, not set in the
+    manifests: its default), then gunicorn's graceful_timeout for the calls in flight, which
+    counts from SIGTERM and includes the drain (hooksvc/serving/gunicorn_conf.py)."""
+    assert gunicorn_conf.graceful_timeout >= drain.SECONDS + 20
     for name, objects in rendered.items():
         web = manifests.find(objects, "Deployment", "hooksvc-web")
-        prestop = prestop_seconds(_container(web, "web"))
+        container = _container(web, "web")
+        env = {e["name"] for e in container["env"]}
+        assert "HOOKSVC_WEB_DRAIN_SECONDS" not in env, "the grace period assumes the default"
+        prestop = prestop_seconds(container)
         assert prestop >= 5, "web needs a preStop sleep so endpoints drain before SIGTERM"
         grace = manifests.pod_spec(web)["terminationGracePeriodSeconds"]
-        assert grace >= prestop + gunicorn_conf.graceful_timeout, name
+        assert grace >= prestop + gunicorn_conf.graceful_timeout + 5, name
 
 
 def test_the_worker_has_time_for_a_warm_shutdown(

@@ -312,7 +312,10 @@ def test_plain_http_is_not_served(hook_server: servers.HookServer) -> None:
             b"POST /hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery HTTP/1.1\r\n"
             b"Host: x\r\nContent-Length: 0\r\n\r\n"
         )
-        reply = sock.recv(4096)
+        try:
+            reply = sock.recv(4096)
+        except ConnectionResetError:  # the TLS handshake failed on unread bytes: a reset
+            reply = b""
     assert not reply.startswith(b"HTTP/1.1 200")
 
 

@@ -360,7 +360,7 @@ def test_a_completed_backup_without_its_volume_snapshots_fails_the_step(
     snapshotter (volume_policy_helper.go ShouldPerformSnapshot); a mounted one is not."""
     kube.add_controller(VeleroServer(volume_snapshotter=None))
     skipped = (
-        "completed but backed up 0 of 1 volumes (Velero skips a volume it has no snapshotter for)"
+        "completed but backed up 0 of 1 volume (Velero skips a volume it has no snapshotter for)"
     )
     assert failure(context("backup_pvs", VELERO)).message == (
         f"Backup velero/hooksvc-7-backup {skipped}"

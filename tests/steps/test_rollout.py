@@ -39,7 +39,7 @@ SEEN = {"observedGeneration": 2}
         ("StatefulSet", {"replicas": 3}, {"readyReplicas": 3},
          rollout.Rollout(False, "waiting for the spec update to be observed")),
         ("StatefulSet", {"replicas": 3}, {**SEEN, "readyReplicas": 2},
-         rollout.Rollout(False, "1 pods are not ready")),
+         rollout.Rollout(False, "1 pod is not ready")),
         ("StatefulSet", {"replicas": 3, "updateStrategy": {
             "type": "RollingUpdate", "rollingUpdate": {"partition": 1}}},
          {**SEEN, "readyReplicas": 3, "updatedReplicas": 2}, rollout.Rollout(True)),

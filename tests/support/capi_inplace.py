@@ -57,3 +57,49 @@ def can_update_in_place(hook: str, request: dict[str, Any], answer: dict[str, An
         for key, _ in _OBJECTS[hook]
         if key in request["desired"]
     )
+
+
+#: CAPI's annotations: the Machine is being updated in place (api/core/v1beta2/
+#: machine_types.go UpdateInProgressAnnotation), and the hooks still to be called for it
+#: (api/runtime/v1beta2/extensionconfig_types.go PendingHooksAnnotation; internal/hooks
+#: MarkAsPending, MarkAsDone).
+UPDATE_IN_PROGRESS = "in-place-updates.internal.cluster.x-k8s.io/update-in-progress"
+PENDING_HOOKS = "runtime.cluster.x-k8s.io/pending-hooks"
+
+
+class MachineController:
+    """The Machine controller's reconcileInPlaceUpdate, reduced to what an extension sees
+    (core/reconcilers/machine/machine_controller_inplace_update.go): while the Machine is
+    marked for update and UpdateMachine is pending, call it; Success with retryAfterSeconds
+    requeues after that long; Success with 0 completes (annotations removed, the hook marked
+    done); Failure is an error: the update is failed and controller-runtime requeues with
+    backoff, the hook still pending, so the next reconcile calls again."""
+
+    def __init__(self, post: Any, machine: dict[str, Any]) -> None:
+        self.post = post
+        self.objects = machine
+        self.annotations = {UPDATE_IN_PROGRESS: "", PENDING_HOOKS: "UpdateMachine"}
+        self.answers: list[dict[str, Any]] = []
+        self.failures = 0
+
+    @property
+    def done(self) -> bool:
+        return UPDATE_IN_PROGRESS not in self.annotations
+
+    def reconcile(self) -> float:
+        """One reconcile; the seconds until the next (0: nothing more to do)."""
+        if self.done or self.annotations.get(PENDING_HOOKS) != "UpdateMachine":
+            return 0.0
+        answer = self.post({"apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
+                            "kind": "UpdateMachineRequest", "desired": self.objects})  # fmt: skip
+        self.answers.append(answer)
+        if answer["status"] != "Success":
+            self.failures += 1
+            # controller-runtime's rate limiter: 5 ms doubling, capped (here at 1 s).
+            return float(min(1.0, 0.005 * 2.0**self.failures))
+        wait = float(answer["retryAfterSeconds"])
+        if wait > 0:
+            return wait
+        self.annotations.pop(UPDATE_IN_PROGRESS)
+        self.annotations.pop(PENDING_HOOKS)
+        return 0.0

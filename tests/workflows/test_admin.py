@@ -86,7 +86,7 @@ def test_the_run_list_costs_the_same_queries_for_a_thousand_runs(
             reverse("admin:workflows_run_changelist") + "?state=pending&hook=BeforeClusterUpgrade"
         )
     assert response.status_code == 200
-    assert "0 of 1 steps" in response.content.decode()
+    assert "0 of 1 step<" in response.content.decode()
 
 
 def test_approving_from_the_admin_asks_for_a_reason_and_records_who(admin_client: Client) -> None:

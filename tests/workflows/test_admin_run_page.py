@@ -76,7 +76,7 @@ def test_each_step_shows_start_duration_attempts_last_error_and_next_retry(
     assert "2 of 4" in notify
     assert '<div class="hk-error">POST https://hooks.example/notify: 503' in notify
     due = timezone.localtime(StepRun.objects.get(run=run, name="notify").due_at)
-    assert f"retry at {due:%H:%M:%S} (in 1 min)" in notify
+    assert f"retry at {due:%H:%M:%S} UTC (in 1 min)" in notify
     approve = page[page.index('data-step="approve"') :].split("</tr>")[0]
     assert '<div class="hk-asks">Check the change calendar, then approve</div>' in approve
     assert reverse("admin:workflows_run_step_action", args=[run.pk, "approve", "approve"]) in (

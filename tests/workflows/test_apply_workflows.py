@@ -221,3 +221,37 @@ def test_apply_refuses_and_prune_keeps_a_template_that_comes_from_a_resource(
         "from-git": "resource",
         "mine": "",
     }
+
+
+def test_every_problem_of_a_template_is_reported_at_once(tmp_path: Path) -> None:
+    """One apply names every bad field of a template, not the first only (each fix took a
+    round before); the good documents beside it are not written either."""
+    path = write(
+        tmp_path,
+        documents.template("fine"),
+        documents.template(
+            "broken",
+            retryAfterSeconds=0,
+            onFailure="Explode",
+            surprise=True,
+            steps=[
+                {"name": "x", "type": "wait", "with": {"seconds": "5"}},
+                {"name": "Bad_Name", "type": "noop", "timeoutSeconds": -1},
+                {"name": "y"},
+            ],
+        ),
+    )
+    with pytest.raises(CommandError) as caught:
+        apply(path)
+    at = f"{path}: document 2 (broken): "
+    assert str(caught.value).splitlines() == [
+        f"{at}spec.surprise: unknown field (known: {', '.join(spec.TEMPLATE_FIELDS)})",
+        f"{at}spec.retryAfterSeconds: must be an integer from 1 to 2147483647",
+        f"{at}spec.onFailure: must be one of Block, Fail, got 'Explode'",
+        f"{at}spec.steps[0].with.seconds: must be a number",
+        f"{at}spec.steps[1].name: must be a DNS-1123 label (at most 63 lower-case letters, "
+        "digits or '-', starting and ending with a letter or digit), got 'Bad_Name'",
+        f"{at}spec.steps[1].timeoutSeconds: must be an integer from 0 to 2147483647",
+        f"{at}spec.steps[2].type: is required",
+    ]
+    assert not WorkflowTemplate.objects.exists()

@@ -204,6 +204,12 @@ def test_an_abandoned_rollout_names_the_ways_on_that_work_and_stays_listed(
     )
     why = io.StringIO()
     call_command("workflows", "why", "fleet/main-1", "-o", "json", stdout=why)
+    with pytest.raises(CommandError, match="a retry of step 'canaries' fails again: the rollo"):
+        call_command(
+            "workflows", "retry", str(run.pk), "--step", "canaries", "--reason", "again",
+            "--actor", "ops:bob",
+        )  # fmt: skip
+    assert Run.objects.get(pk=run.pk).state == Run.State.FAILED, "no retry recorded"
     [group] = json.loads(why.getvalue())["groups"]
     commands = [w["command"] for w in group["runs"][0]["waysOut"]]
     assert not [c for c in commands if "workflows retry" in c], commands

@@ -61,3 +61,21 @@ def test_a_released_runs_span_ends_at_its_release(admin_client: Client) -> None:
         f'30 min <span class="hk-quiet">from {timezone.localtime(created):%Y-%m-%d %H:%M:%S} '
         f"UTC until released at {timezone.localtime(released):%Y-%m-%d %H:%M:%S} UTC</span>"
     )
+
+
+def test_the_api_gives_how_long_a_run_held_in_seconds_and_since_when(
+    admin_client: Client,
+) -> None:
+    """`heldFor` is words for people; programs get `heldSince` and `heldSeconds`."""
+    run = make_run(cluster="prod/c1", state="failed", steps=(("backup", "backup_pvs", "failed"),))
+    created = timezone.now() - datetime.timedelta(minutes=47, seconds=10)
+    Run.objects.filter(pk=run.pk).update(created_at=created)
+    since = created.isoformat(timespec="seconds")
+    [held] = admin_client.get("/api/v1/fleet/").json()["results"][0]["runs"]
+    assert held["heldSince"] == since
+    assert 47 * 60 + 10 <= held["heldSeconds"] < 47 * 60 + 10 + 600
+    assert held["heldFor"].startswith("47 min, since ")
+    why = admin_client.get("/api/v1/clusters/prod/c1/why/").json()
+    [found] = [r for g in why["groups"] for r in g["runs"] if r["run"]["id"] == run.pk]
+    assert found["heldSince"] == since
+    assert 47 * 60 + 10 <= found["heldSeconds"] < 47 * 60 + 10 + 600

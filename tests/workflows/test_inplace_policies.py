@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from tests.support import capi
 from tests.support import capi_inplace as capi_model
 from tests.support import capi_machines as cm
-from workflows.definitions import apply, spec
+from workflows.definitions import apply, policies, spec
 from workflows.hookpath import hookcalls, inplace
 
 POLICY = """
@@ -50,6 +50,12 @@ _JSON = st.recursive(
 _OBJECT = st.dictionaries(_KEYS, _JSON, max_size=4)
 _PATHS = st.lists(st.lists(_KEYS, min_size=1, max_size=3).map(tuple), max_size=4)
 _MISSING = object()
+
+
+@pytest.fixture(autouse=True)
+def _policies_read_afresh() -> None:
+    """Each test's database is its own: the process' cache of policies must not carry over."""
+    policies.forget()
 
 
 def _get(obj: Any, path: tuple[str, ...]) -> Any:

@@ -9,7 +9,7 @@ raises TypeError when the worker calls it (celery/app/trace.py calls `fun(*args,
 **kwargs)`); acknowledged late but failed, the message is gone too. Either way only the
 reconciler would find the work again.
 
-The previous release (releases.json's last) is read from git as it was: its task
+The previous release (tests/deploy/releases.py previous) is read from git as it was: its task
 definitions (`@shared_task` in workflows/tasks.py, names resolved from its
 workflows/engine/dispatch.py), every call each one takes (its engine sends positional
 arguments only: dispatch's `send_task(name, args=...)`, the tasks' own retries with the
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ import pytest
 from django.conf import settings
 
 from hooksvc.celery import app as celery_app
+from tests.deploy import releases
 from tests.support.worker import Worker
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -127,8 +127,8 @@ def previous_beat(commit: str) -> dict[str, tuple[list[Any], dict[str, Any]]]:
 
 
 def _previous_release() -> tuple[str, str]:
-    record = json.loads((ROOT / "releases.json").read_text())[-1]
-    return str(record["version"]), str(record["commit"])
+    release = releases.previous()
+    return release.version, release.commit
 
 
 def _takes(name: str, args: list[Any], kwargs: dict[str, Any] | None = None) -> bool:

@@ -8,8 +8,8 @@ database default refuses every such insert (0.1.0's worker failed every run's st
 
 - the rows 0.1.0's worker writes when it starts a run, in the SQL of e385ce1's models
   (`git show e385ce1:workflows/models.py`), and the new columns read their defaults;
-- one row of every model of the previous release (releases.json's last), as its migrations
-  leave its models, with the values Django gives a field that is not set (its default,
+- one row of every model of the previous release (tests/deploy/releases.py previous), as its
+  migrations leave its models, with the values Django gives a field that is not set (its default,
   NULL where nullable, else a sample): what any insert of that release writes at least.
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import ast
 import datetime
-import json
 import re
+import secrets
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,8 @@ import pytest
 from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 from django.db.models import Field, Model
+
+from tests.deploy import releases
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: The release the issue upgraded from; its models are read below as they were.
@@ -42,18 +44,18 @@ def _git(*args: str) -> str:
 
 
 def _previous_release() -> str:
-    return str(json.loads((ROOT / "releases.json").read_text())[-1]["commit"])
+    return releases.previous().commit
 
 
-def _insert(table: str, row: dict[str, Any]) -> int:
+def _insert(table: str, row: dict[str, Any], pk: str = "id") -> Any:
     columns = ", ".join(f'"{c}"' for c in row)
     marks = ", ".join(["%s"] * len(row))
     with connection.cursor() as cursor:
         cursor.execute(
-            f'INSERT INTO "{table}" ({columns}) VALUES ({marks}) RETURNING "id"',  # noqa: S608
+            f'INSERT INTO "{table}" ({columns}) VALUES ({marks}) RETURNING "{pk}"',  # noqa: S608
             list(row.values()),
         )
-        return int(cursor.fetchone()[0])
+        return cursor.fetchone()[0]
 
 
 def _select(table: str, pk: int, columns: list[str]) -> dict[str, Any]:
@@ -158,24 +160,32 @@ def _state_at(commit: str) -> Any:
 
 
 def _declared_fields(commit: str) -> dict[str, set[str]]:
-    """Field names each model class of the release's workflows/models.py assigns."""
-    tree = ast.parse(_git("show", f"{commit}:workflows/models.py"))
+    """Field names each model class (a `models.Model` subclass) of the release's workflows/
+    package assigns, in whichever module it lives."""
+    files = _git("ls-tree", "-r", "--name-only", commit, "workflows/").split()
     declared: dict[str, set[str]] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.ClassDef):
+    for path in files:
+        if not path.endswith(".py") or "/migrations/" in path:
             continue
-        for stmt in node.body:
-            target = stmt.targets[0] if isinstance(stmt, ast.Assign) else None
-            if isinstance(stmt, ast.AnnAssign):
-                target = stmt.target
-            value = getattr(stmt, "value", None)
-            if (
-                isinstance(target, ast.Name)
-                and isinstance(value, ast.Call)
-                and isinstance(value.func, ast.Attribute)
-                and re.search(r"Field$|ForeignKey$", value.func.attr)
-            ):
-                declared.setdefault(node.name, set()).add(target.id)
+        tree = ast.parse(_git("show", f"{commit}:{path}"))
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            if not any(ast.unparse(base) == "models.Model" for base in node.bases):
+                continue
+            fields = declared.setdefault(node.name, set())
+            for stmt in node.body:
+                target = stmt.targets[0] if isinstance(stmt, ast.Assign) else None
+                if isinstance(stmt, ast.AnnAssign):
+                    target = stmt.target
+                value = getattr(stmt, "value", None)
+                if (
+                    isinstance(target, ast.Name)
+                    and isinstance(value, ast.Call)
+                    and isinstance(value.func, ast.Attribute)
+                    and re.search(r"Field$|ForeignKey$", value.func.attr)
+                ):
+                    fields.add(target.id)
     return declared
 
 
@@ -190,7 +200,8 @@ def _unset_value(field: Field[Any, Any], now: datetime.datetime) -> Any:
     if field.choices:
         return next(iter(field.flatchoices))[0]
     samples: dict[str, Any] = {
-        "CharField": "x",
+        # Unique where a model wants it (a user's name): no other row of this test has it.
+        "CharField": secrets.token_hex(4)[: field.max_length],
         "TextField": "x",
         "BooleanField": False,
         "DateTimeField": now,
@@ -210,9 +221,16 @@ def test_every_model_of_the_previous_release_inserts_into_this_schema() -> None:
         # The migrations' models are the release's models (makemigrations --check held it).
         names = {f.name for f in model._meta.concrete_fields if not f.auto_created}
         assert names == declared[model.__name__], model.__name__
+    # The rows they point at (another app's, such as auth's users) go first, made alike.
+    related: list[type[Model]] = []
+    for model in [*models, *related]:
+        for field in model._meta.concrete_fields:
+            target = field.related_model
+            if field.is_relation and target not in models and target not in related:
+                related.append(target)  # type: ignore[arg-type]
     now = datetime.datetime.now(datetime.UTC)
-    inserted: dict[str, int] = {}
-    pending = sorted(models, key=lambda m: m.__name__)
+    inserted: dict[str, Any] = {}
+    pending = sorted([*models, *related], key=lambda m: m._meta.label_lower)
     while pending:
         ready = [
             m
@@ -220,7 +238,7 @@ def test_every_model_of_the_previous_release_inserts_into_this_schema() -> None:
             if all(
                 f.related_model._meta.label_lower in inserted  # type: ignore[union-attr]
                 for f in m._meta.concrete_fields
-                if f.is_relation and f.related_model._meta.app_label == "workflows"  # type: ignore[union-attr]
+                if f.is_relation
             )
         ]
         assert ready, f"no order of inserts for {pending}"
@@ -234,6 +252,11 @@ def test_every_model_of_the_previous_release_inserts_into_this_schema() -> None:
                 else:
                     value = field.get_db_prep_save(_unset_value(field, now), connection)
                 row[str(field.column)] = value
-            inserted[model._meta.label_lower] = _insert(model._meta.db_table, row)
+            inserted[model._meta.label_lower] = _insert(
+                model._meta.db_table,
+                row,
+                pk=str(model._meta.pk.column),
+            )
             pending.remove(model)
-    assert len(inserted) == len(models) >= 9
+    assert {m._meta.label_lower for m in models} <= set(inserted)
+    assert len(models) >= 9

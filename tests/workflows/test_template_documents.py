@@ -17,7 +17,7 @@ from workflows.steps import registry
 KNOWN_HOOKS = (
     "BeforeClusterCreate, AfterControlPlaneInitialized, BeforeClusterUpgrade, "
     "BeforeControlPlaneUpgrade, AfterControlPlaneUpgrade, BeforeWorkersUpgrade, "
-    "AfterWorkersUpgrade, AfterClusterUpgrade, BeforeClusterDelete, ClusterDeleted"
+    "AfterWorkersUpgrade, AfterClusterUpgrade, BeforeClusterDelete, ClusterDeleted, UpdateMachine"
 )
 
 

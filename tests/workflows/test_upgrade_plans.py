@@ -42,6 +42,12 @@ spec:
 """
 
 
+@pytest.fixture(autouse=True)
+def _policies_read_afresh() -> None:
+    """Each test's database is its own: the process' cache of policies must not carry over."""
+    policies.forget()
+
+
 def _policy(workers: str = "Minimal", **changes: Any) -> policies.UpgradePolicy:
     body = spec.parse(POLICY % workers)[0].spec
     return policies.typed_upgrade("fleet-upgrades", {**body, **changes})

@@ -238,7 +238,7 @@ def test_a_backup_of_a_namespace_pattern_that_skipped_every_volume_holds_the_del
     assert call_delete(hook_server)["retryAfterSeconds"] == 1
     wait_for("the run to fail", lambda: Run.objects.get().state == "failed")
     step = Run.objects.get().steps.get()
-    assert step.message.endswith("completed but backed up 0 of 1 volumes (Velero skips a volume "
+    assert step.message.endswith("completed but backed up 0 of 1 volume (Velero skips a volume "
                                  "it has no snapshotter for)"), step.message  # fmt: skip
     answer = call_delete(hook_server)
     assert answer["retryAfterSeconds"] > 0, f"the deletion must stay held: {answer}"

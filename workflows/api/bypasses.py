@@ -35,7 +35,7 @@ class BypassViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
                 "all", bool, required=False, description="true: ended and expired ones too"
             )
         ],
-        responses={200: shapes.Bypass(many=True), **runs.errors(401, 403, 429)},
+        responses={200: shapes.Bypass(many=True), **runs.errors(400, 401, 403, 429)},
     )
     def list(self, request: Request) -> Response:
         """The bypasses in force you see (those of your namespaces, and global ones),

@@ -22,8 +22,8 @@ NAME = "[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
 WAY_OUT_ACTIONS = ["approve", "retry", "release"]
 
 
-def _text() -> serializers.CharField:
-    return serializers.CharField(allow_blank=True)
+def _text(help_text: str = "") -> serializers.CharField:
+    return serializers.CharField(allow_blank=True, help_text=help_text or None)
 
 
 WayOut = shapes._shape(
@@ -57,8 +57,13 @@ WhyRun = shapes._shape(
     "WhyRun",
     {
         "run": shapes.RunSummary(),
-        "heldSince": serializers.DateTimeField(allow_null=True),
-        "heldFor": _text(),
+        "heldSince": serializers.DateTimeField(
+            allow_null=True, help_text="when it began to hold its cluster; null: it holds nothing"
+        ),
+        "heldSeconds": serializers.IntegerField(
+            allow_null=True, help_text="how long it has held it, in whole seconds; null: nothing"
+        ),
+        "heldFor": _text(help_text="the same for people: 12 min, since 2026-06-01 12:03:04 UTC"),
         "step": shapes._shape(
             "WhyStep",
             {

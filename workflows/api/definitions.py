@@ -77,7 +77,7 @@ class _Definitions(viewsets.GenericViewSet):  # type: ignore[type-arg]
 
 
 _READ = {200: shapes.Definition, **runs.errors(401, 403, 404, 429)}
-_LIST = {200: shapes.Definition(many=True), **runs.errors(401, 403, 429)}
+_LIST = {200: shapes.Definition(many=True), **runs.errors(400, 401, 403, 429)}
 _WRITTEN = {
     200: shapes.DefinitionWritten,
     201: shapes.DefinitionWritten,

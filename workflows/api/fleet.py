@@ -27,7 +27,12 @@ HeldRun = shapes._shape(
     {
         **shapes.RunSummary._declared_fields,  # type: ignore[attr-defined]
         "heldSince": serializers.DateTimeField(help_text="when the run began to hold"),
-        "heldFor": serializers.CharField(help_text="as every page shows it: 12 min, since ..."),
+        "heldSeconds": serializers.IntegerField(
+            help_text="how long it has held its cluster, in whole seconds"
+        ),
+        "heldFor": serializers.CharField(
+            help_text="the same for people, as every page shows it: 12 min, since ..."
+        ),
         "stalled": shapes._shape(
             "FleetStall",
             {
@@ -90,6 +95,7 @@ def _held_run(run: Run, now: datetime.datetime) -> dict[str, Any]:
     return {
         **selectors.run_summary(run),
         "heldSince": since.isoformat(timespec="seconds"),
+        "heldSeconds": int(held.seconds(now)) if held else 0,
         "heldFor": held.describe(now) if held else "",
         "stalled": stalls.of_annotated(run, now),
     }

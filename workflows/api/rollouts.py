@@ -24,7 +24,7 @@ class RolloutViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     # path is a 404, as for the other resources.
     lookup_value_regex = r"v?[0-9][0-9A-Za-z.+_-]{0,63}"
 
-    @extend_schema(responses={200: shapes.Rollout(many=True), **runs.errors(401, 403, 429)})
+    @extend_schema(responses={200: shapes.Rollout(many=True), **runs.errors(400, 401, 403, 429)})
     def list(self, request: Request) -> Response:
         """The rollouts whose waves wait for canaries, a halted one saying what halts it, as
         `workflows rollout list -o json` lists them."""

@@ -61,6 +61,14 @@ class RunFilter(filters.BaseFilterBackend):
             for name, _, choices in self.PARAMETERS
             if choices and given[name] and given[name] not in choices
         }
+        # PostgreSQL's text holds no NUL: such a value would end as a 500, not an answer.
+        bad.update(
+            {
+                name: ["must not contain a NUL character"]
+                for name, v in given.items()
+                if "\x00" in (v or "")
+            }
+        )
         if bad:
             raise exceptions.ValidationError(bad)
         # The whole query is the service's, as `workflows list` makes it; the view's own

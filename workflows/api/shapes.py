@@ -187,6 +187,8 @@ Rollout = _shape(
     "Rollout",
     {
         "version": serializers.CharField(),
+        # abandoned (it stays listed while its failed runs hold), halted, or waiting.
+        "state": serializers.ChoiceField(choices=["waiting", "halted", "abandoned"]),
         "halt": _text(),
         "abandoned": _text(),
         "waves": RolloutWave(many=True),

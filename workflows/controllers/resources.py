@@ -39,7 +39,7 @@ from django.db import transaction
 
 from hooksvc import metrics
 from workflows.controllers import listwatch
-from workflows.definitions import addons, apply, crds, fields, spec
+from workflows.definitions import addons, apply, crds, fields, policies, spec
 from workflows.kube import k8s
 from workflows.models import AddonProfile, WorkflowTemplate
 from workflows.policy_model import Policy
@@ -229,6 +229,7 @@ class Resources(listwatch.ListWatch):
                 # Runs keep their spec snapshot: Run.template is SET_NULL.
                 WorkflowTemplate.objects.filter(name__in=names, managed_by=spec.RESOURCE).delete()
             elif self.kind in apply.POLICY_KINDS:
+                policies.forget()
                 Policy.objects.filter(
                     kind=self.kind, name__in=names, managed_by=spec.RESOURCE
                 ).delete()

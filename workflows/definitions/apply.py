@@ -129,6 +129,7 @@ def policy_upsert(
 ) -> Outcome:
     """Make the policy `kind`/`name` of `source` hold `spec_`, with the generation rule of
     `template_upsert`; raises SourceConflict when the name belongs to another source."""
+    policies.forget()
     with transaction.atomic():
         lock()
         policy = Policy.objects.select_for_update().filter(kind=kind, name=name).first()
@@ -165,6 +166,7 @@ def _policies_apply(
             p for p in Policy.objects.filter(managed_by=OPERATOR) if (p.kind, p.name) not in given
         ]
         report["pruned"] = sorted(f"{p.kind}/{p.name}" for p in stale)
+        policies.forget()
         Policy.objects.filter(pk__in=[p.pk for p in stale]).delete()
     return problems, report
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 #: A DNS-1123 label (at most 63 characters), as Kubernetes names most objects.
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -25,21 +27,63 @@ class FieldError(Exception):
         super().__init__(f"{field}: {message}" if field else message)
 
 
+class FieldErrors(FieldError):
+    """Several invalid fields of one document, each message starting with its path; a
+    FieldError too, so whoever catches one shows them all ("; "-joined)."""
+
+    def __init__(self, messages: Sequence[str]) -> None:
+        Exception.__init__(self, "; ".join(messages))
+        self.messages = list(messages)
+
+
+class Problems:
+    """The problems of independent checks of one document, to report all of them at once:
+    an operator fixing a template one error per apply took as many rounds as errors."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def add(self, error: FieldError) -> None:
+        self.messages += error.messages if isinstance(error, FieldErrors) else [str(error)]
+
+    def check(self, checker: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+        """`checker(*args, **kwargs)`, or None with its problem noted."""
+        try:
+            return checker(*args, **kwargs)
+        except FieldError as exc:
+            self.add(exc)
+            return None
+
+    def raise_any(self) -> None:
+        if self.messages:
+            raise FieldErrors(self.messages)
+
+
 def join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
 def mapping(
-    value: Any, where: str, known: Sequence[str], required: Sequence[str] = ()
+    value: Any,
+    where: str,
+    known: Sequence[str],
+    required: Sequence[str] = (),
+    problems: Problems | None = None,
 ) -> dict[str, Any]:
+    """`value` as an object of the `known` fields with the `required` ones. With `problems`,
+    unknown and missing fields are noted there (every one) and the object comes back."""
     if not isinstance(value, dict):
         raise FieldError(where, "must be an object")
-    for key in value:
-        if key not in known:
-            raise FieldError(join(where, str(key)), f"unknown field (known: {', '.join(known)})")
-    for key in required:
-        if value.get(key) is None:
-            raise FieldError(join(where, key), "is required")
+    found = [
+        FieldError(join(where, str(key)), f"unknown field (known: {', '.join(known)})")
+        for key in value
+        if key not in known
+    ] + [FieldError(join(where, key), "is required") for key in required if value.get(key) is None]
+    if problems is not None:
+        for error in found:
+            problems.add(error)
+    elif found:
+        raise found[0]
     return value
 
 

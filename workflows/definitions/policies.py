@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -287,13 +288,36 @@ def typed_upgrade(name: str, spec: Mapping[str, Any]) -> UpgradePolicy:
     )
 
 
+#: How long a process keeps the policies it read: most CanUpdate* and GenerateUpgradePlan
+#: answers then need no query at all (on a busy database the one query was most of their
+#: time). A change made elsewhere is seen within this long; one made in this process at once.
+CACHE_SECONDS = 5.0
+_cache: dict[str, tuple[float, list[Any]]] = {}
+
+
+def forget() -> None:
+    """Read the policies again on the next answer (called by every write of them)."""
+    _cache.clear()
+
+
+def _read(kind: str, typed: Any) -> list[Any]:
+    now = time.monotonic()
+    hit = _cache.get(kind)
+    if hit is not None and now - hit[0] < CACHE_SECONDS:
+        return hit[1]
+    rows = Policy.objects.filter(kind=kind).order_by("name").values_list("name", "spec")
+    found = [typed(name, spec) for name, spec in rows]
+    _cache[kind] = (now, found)
+    return found
+
+
 def in_place_policies() -> list[InPlacePolicy]:
-    """Every InPlacePolicy, by name: one query, no write."""
-    rows = Policy.objects.filter(kind=IN_PLACE).order_by("name").values_list("name", "spec")
-    return [typed_in_place(name, spec) for name, spec in rows]
+    """Every InPlacePolicy, by name: one query at most every CACHE_SECONDS, no write."""
+    found: list[InPlacePolicy] = _read(IN_PLACE, typed_in_place)
+    return found
 
 
 def upgrade_policies() -> list[UpgradePolicy]:
-    """Every UpgradePolicy, by name: one query, no write."""
-    rows = Policy.objects.filter(kind=UPGRADE).order_by("name").values_list("name", "spec")
-    return [typed_upgrade(name, spec) for name, spec in rows]
+    """Every UpgradePolicy, by name: one query at most every CACHE_SECONDS, no write."""
+    found: list[UpgradePolicy] = _read(UPGRADE, typed_upgrade)
+    return found

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
 from hooksvc.contract import catalog
-from workflows.definitions import fields, policies, typed
+from workflows.definitions import fields, graphs, policies, typed
 from workflows.steps import registry
 
 API_VERSION = "hooksvc/v1alpha1"
@@ -131,95 +131,104 @@ STEP_FIELDS = (
 
 
 def _step(value: Any, where: str, hook: str) -> typed.Step:
-    raw = fields.mapping(value, where, STEP_FIELDS, required=("name", "type"))
-    name = fields.name(raw["name"], f"{where}.name")
-    step_type = fields.string(raw["type"], f"{where}.type")
+    """One step; every problem of its fields at once (FieldErrors)."""
+    problems = fields.Problems()
+    raw = fields.mapping(value, where, STEP_FIELDS, required=("name", "type"), problems=problems)
+    # Missing, they are noted as required: no second message for the same field.
+    name = (
+        problems.check(fields.name, raw["name"], f"{where}.name")
+        if raw.get("name") is not None
+        else None
+    )
+    step_type = (
+        problems.check(fields.string, raw["type"], f"{where}.type")
+        if raw.get("type") is not None
+        else None
+    )
     given = raw.get("with")
+    params: dict[str, Any] | None = None
     if given is not None and not isinstance(given, dict):
-        raise fields.FieldError(f"{where}.with", "must be an object")
-    try:
-        params = registry.validate(step_type, given or {}, hook=hook)
-    except registry.ParamError as exc:
-        text, prefix = str(exc), f"{exc.field}: "
-        message = text[len(prefix) :] if exc.field and text.startswith(prefix) else text
-        field = f"{where}.type" if exc.field == "type" else fields.join(f"{where}.with", exc.field)
-        raise fields.FieldError(field, message) from None
+        problems.add(fields.FieldError(f"{where}.with", "must be an object"))
+    elif step_type:
+        params = problems.check(_params, step_type, given or {}, where, hook)
     budget = {
         attr: value
         for attr, key, maximum in (
             ("retries", "retries", MAX_RETRIES),
             ("retry_for_seconds", "retryForSeconds", MAX_RETRY_FOR_SECONDS),
         )
-        if (value := fields.integer(raw.get(key), f"{where}.{key}", minimum=0, maximum=maximum))
+        if (
+            value := problems.check(
+                fields.integer, raw.get(key), f"{where}.{key}", minimum=0, maximum=maximum
+            )
+        )
         is not None
     }
+    # 0: no bound for the whole step, said explicitly (unset: its type's default).
+    timeout = problems.check(
+        fields.integer, raw.get("timeoutSeconds"), f"{where}.timeoutSeconds", minimum=0
+    )
+    depends_on = problems.check(fields.names, raw.get("dependsOn"), f"{where}.dependsOn")
+    # 0: never stalled, said explicitly (unset: its type's normal bound).
+    stall = problems.check(
+        fields.integer, raw.get("stallSeconds"), f"{where}.stallSeconds", minimum=0
+    )
+    problems.raise_any()  # so each check above gave its value
     return typed.Step(
-        name=name,
-        type=step_type,
-        params=params,
-        # 0: no bound for the whole step, said explicitly (unset: its type's default).
-        timeout_seconds=fields.integer(
-            raw.get("timeoutSeconds"), f"{where}.timeoutSeconds", minimum=0
-        ),
+        name=cast(str, name),
+        type=cast(str, step_type),
+        params=cast(dict[str, Any], params),
+        timeout_seconds=timeout,
         # Unset fields take the typed template's defaults.
         **budget,
-        depends_on=tuple(fields.names(raw.get("dependsOn"), f"{where}.dependsOn")),
-        # 0: never stalled, said explicitly (unset: its type's normal bound).
-        stall_seconds=fields.integer(raw.get("stallSeconds"), f"{where}.stallSeconds", minimum=0),
+        depends_on=tuple(cast(list[str], depends_on)),
+        stall_seconds=stall,
     )
 
 
+def _params(step_type: str, given: dict[str, Any], where: str, hook: str) -> dict[str, Any]:
+    try:
+        return registry.validate(step_type, given, hook=hook)
+    except registry.ParamError as exc:
+        text, prefix = str(exc), f"{exc.field}: "
+        message = text[len(prefix) :] if exc.field and text.startswith(prefix) else text
+        field = f"{where}.type" if exc.field == "type" else fields.join(f"{where}.with", exc.field)
+        raise fields.FieldError(field, message) from None
+
+
 def _steps(value: Any, hook: str) -> tuple[typed.Step, ...]:
+    """Every step; the problems of each step at once, then those between steps."""
     if not isinstance(value, list) or not value or len(value) > MAX_STEPS:
         raise fields.FieldError("spec.steps", f"must be a list of 1 to {MAX_STEPS} steps")
+    problems = fields.Problems()
     steps: list[typed.Step] = []
     for i, item in enumerate(value):
-        step = _step(item, f"spec.steps[{i}]", hook)
+        step = problems.check(_step, item, f"spec.steps[{i}]", hook)
+        if step is None:
+            continue
         if any(s.name == step.name for s in steps):
-            raise fields.FieldError(f"spec.steps[{i}].name", f"duplicate step name {step.name!r}")
+            problems.add(
+                fields.FieldError(f"spec.steps[{i}].name", f"duplicate step name {step.name!r}")
+            )
         steps.append(step)
+    # Which steps a bad one would have named is unknown: dependencies are judged once all are.
+    problems.raise_any()
     graph = {s.name: list(s.depends_on) for s in steps}
     for i, step in enumerate(steps):
         for dep in step.depends_on:
             if dep not in graph:
-                raise fields.FieldError(f"spec.steps[{i}].dependsOn", f"unknown step {dep!r}")
-    cycle = _cycle(graph)
+                problems.add(
+                    fields.FieldError(f"spec.steps[{i}].dependsOn", f"unknown step {dep!r}")
+                )
+    problems.raise_any()
+    cycle = graphs.cycle(graph)
     if cycle:
         raise fields.FieldError("spec.steps", f"dependsOn cycle {' -> '.join(cycle)}")
     return tuple(steps)
 
 
-def cycle(graph: dict[str, list[str]]) -> list[str]:
-    """The first cycle of `graph` (node -> the nodes it waits for), as a path; [] if none."""
-    return _cycle(graph)
-
-
-def _cycle(graph: dict[str, list[str]]) -> list[str]:
-    """The first cycle found walking the nodes in order, as a path; [] if none.
-
-    Edges to nodes outside `graph` are ignored (callers report unknown names themselves).
-    """
-    done: set[str] = set()
-    path: list[str] = []
-
-    def visit(node: str) -> list[str]:
-        path.append(node)
-        for dep in graph[node]:
-            if dep not in graph:
-                continue
-            if dep in path:
-                return [*path[path.index(dep) :], dep]
-            if dep not in done and (found := visit(dep)):
-                return found
-        path.pop()
-        done.add(node)
-        return []
-
-    for node in graph:
-        if node not in done and (found := visit(node)):
-            return found
-    return []
-
+#: The first cycle of a graph of names (hookpath.runs: templates' waitFor).
+cycle = graphs.cycle
 
 TEMPLATE_FIELDS = (
     "hook",
@@ -243,50 +252,84 @@ def workflow_template(value: Any, name: str) -> dict[str, Any]:
 
 
 def typed_template(value: Any, name: str) -> typed.Template:
-    """Validate a WorkflowTemplate's `spec` into its typed form; unset fields take its defaults."""
-    raw = fields.mapping(value, "spec", TEMPLATE_FIELDS, required=("hook", "steps"))
-    hook = raw["hook"]
-    if hook not in TEMPLATE_HOOKS:
-        raise fields.FieldError(
-            "spec.hook", f"unknown hook {hook!r} (known: {', '.join(TEMPLATE_HOOKS)})"
+    """Validate a WorkflowTemplate's `spec` into its typed form; unset fields take its defaults.
+    Every problem at once (FieldErrors): each field is checked whatever the others hold."""
+    problems = fields.Problems()
+    raw = fields.mapping(
+        value, "spec", TEMPLATE_FIELDS, required=("hook", "steps"), problems=problems
+    )
+    hook = raw.get("hook")
+    if hook is not None and hook not in TEMPLATE_HOOKS:
+        problems.add(
+            fields.FieldError(
+                "spec.hook", f"unknown hook {hook!r} (known: {', '.join(TEMPLATE_HOOKS)})"
+            )
         )
-    wait_for = fields.names(raw.get("waitFor"), "spec.waitFor")
+        hook = None
+    wait_for = problems.check(fields.names, raw.get("waitFor"), "spec.waitFor") or []
     if name in wait_for:
-        raise fields.FieldError("spec.waitFor", f"a template cannot wait for itself ({name!r})")
-    holds = _boolean(raw.get("holdsLifecycle"), "spec.holdsLifecycle", typed.holds_by_default(hook))
+        problems.add(
+            fields.FieldError("spec.waitFor", f"a template cannot wait for itself ({name!r})")
+        )
+    holds = hook is not None and problems.check(
+        _boolean, raw.get("holdsLifecycle"), "spec.holdsLifecycle", typed.holds_by_default(hook)
+    )
     if hook == CLUSTER_DELETED:
         # No CAPI call comes with this moment: nothing to hold, no ExtensionConfig settings.
         if holds:
-            raise fields.FieldError(
-                "spec.holdsLifecycle",
-                "a ClusterDeleted workflow holds nothing: the Cluster is gone",
+            problems.add(
+                fields.FieldError(
+                    "spec.holdsLifecycle",
+                    "a ClusterDeleted workflow holds nothing: the Cluster is gone",
+                )
             )
         if raw.get("settings"):
-            raise fields.FieldError(
-                "spec.settings",
-                "no ExtensionConfig calls ClusterDeleted, so settings would never match",
+            problems.add(
+                fields.FieldError(
+                    "spec.settings",
+                    "no ExtensionConfig calls ClusterDeleted, so settings would never match",
+                )
             )
     given: dict[str, Any] = {
-        "retry_after_seconds": fields.integer(
-            raw.get("retryAfterSeconds"), "spec.retryAfterSeconds", minimum=1
+        "retry_after_seconds": problems.check(
+            fields.integer, raw.get("retryAfterSeconds"), "spec.retryAfterSeconds", minimum=1
         ),
-        "approval_retry_after_seconds": fields.integer(
-            raw.get("approvalRetryAfterSeconds"), "spec.approvalRetryAfterSeconds", minimum=1
+        "approval_retry_after_seconds": problems.check(
+            fields.integer,
+            raw.get("approvalRetryAfterSeconds"),
+            "spec.approvalRetryAfterSeconds",
+            minimum=1,
         ),
-        "on_failure": fields.choice(raw.get("onFailure"), "spec.onFailure", ON_FAILURE),
-        "deadline_seconds": fields.integer(
-            raw.get("deadlineSeconds"), "spec.deadlineSeconds", minimum=1
+        # A failed UpdateMachine run answers Failure by default: CAPI marks the update failed
+        # and requeues (core/reconcilers/machine/machine_controller_inplace_update.go).
+        "on_failure": problems.check(
+            fields.choice,
+            raw.get("onFailure") or ("Fail" if hook == "UpdateMachine" else None),
+            "spec.onFailure",
+            ON_FAILURE,
         ),
-        "on_deadline": fields.choice(raw.get("onDeadline"), "spec.onDeadline", ON_DEADLINE),
-        "concurrency": fields.integer(raw.get("concurrency"), "spec.concurrency", minimum=1),
+        "deadline_seconds": problems.check(
+            fields.integer, raw.get("deadlineSeconds"), "spec.deadlineSeconds", minimum=1
+        ),
+        "on_deadline": problems.check(
+            fields.choice, raw.get("onDeadline"), "spec.onDeadline", ON_DEADLINE
+        ),
+        "concurrency": problems.check(
+            fields.integer, raw.get("concurrency"), "spec.concurrency", minimum=1
+        ),
     }
+    selector = problems.check(_selector, raw.get("clusterSelector"))
+    settings = problems.check(fields.string_map, raw.get("settings"), "spec.settings")
+    # A step's parameters are judged against the hook: with none known, they wait for it.
+    steps = problems.check(_steps, raw["steps"], hook) if hook and "steps" in raw else None
+    problems.raise_any()  # so each check above gave its value
     return typed.Template(
-        hook=hook,
-        cluster_selector=_selector(raw.get("clusterSelector")),
-        settings=fields.string_map(raw.get("settings"), "spec.settings"),
+        hook=cast(str, hook),
+        cluster_selector=cast(typed.Selector, selector),
+        settings=cast(dict[str, str], settings),
         wait_for=tuple(wait_for),
-        holds=holds,
-        steps=_steps(raw["steps"], hook),
+        holds=bool(holds),
+        steps=cast(tuple[typed.Step, ...], steps),
         # Unset fields take the typed template's defaults.
         **{k: v for k, v in given.items() if v is not None},
     )
@@ -362,7 +405,7 @@ def profile_problems(depends_on: dict[str, list[str]]) -> list[str]:
     ]
     if problems:
         return problems
-    cycle = _cycle({name: depends_on[name] for name in sorted(depends_on)})
+    cycle = graphs.cycle({name: depends_on[name] for name in sorted(depends_on)})
     if cycle:
         return [f"AddonProfile dependsOn cycle: {' -> '.join(cycle)}"]
     return []
@@ -400,6 +443,8 @@ def validate(data: Any, index: int) -> Document:
         fields.string_map(metadata.get("annotations"), "metadata.annotations")
         name = fields.name(metadata["name"], "metadata.name")
         return Document(index=index, kind=kind, name=name, spec=resource_spec(kind, name, raw))
+    except fields.FieldErrors as exc:
+        raise SpecError([f"{label}: {m}" for m in exc.messages]) from None
     except fields.FieldError as exc:
         raise SpecError([f"{label}: {exc}"]) from None
 

@@ -66,11 +66,12 @@ def store_down(hook: catalog.Hook) -> Answer:
     return Answer(catalog.Status.FAILURE, MSG_STORE_DOWN)
 
 
-def answer(call: wire.HookCall, *, handler_name: str) -> Answer:
-    """Ensure the runs `call` starts and answer from their state."""
+def answer(call: wire.HookCall, *, handler_name: str, unmatched: Answer = PROCEED) -> Answer:
+    """Ensure the runs `call` starts and answer from their state; `unmatched` when no
+    template matches (UpdateMachine: nothing would update the Machine)."""
     templates, found, due, bypasses = hook_runs.templates_and_runs(call)
     if not templates:
-        return PROCEED
+        return unmatched
     covered = bypass.covering(bypasses, call)
     if covered is not None:
         # Break glass: the lifecycle proceeds and no run starts. Runs already there are left

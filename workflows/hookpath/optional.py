@@ -26,8 +26,12 @@ def answer(call: machines.OptionalCall, *, handler_name: str) -> tuple[answers.A
         return inplace.answer(call)
     if isinstance(call, machines.UpgradePlanCall):
         return upgradeplan.answer(call)
+    # The engine's path, as for a lifecycle hook: one run per (template, Machine's cluster,
+    # Machine and desired spec), joined by every repeated call.
     owner = call.desired.owner
-    return answers.Answer(
+    unmatched = answers.Answer(
         catalog.Status.FAILURE,
         MSG_NO_UPDATE_TEMPLATE.format(machine=f"{owner.namespace}/{owner.name}"),
-    ), {}
+    )
+    hook_call = machines.update_hook_call(call)
+    return answers.answer(hook_call, handler_name=handler_name, unmatched=unmatched), {}

@@ -18,6 +18,8 @@ def moment_key(call: wire.HookCall) -> str:
         return f"{call.from_version}->{call.to_version}"
     if moment is catalog.Moment.VERSION:
         return call.version
+    if moment is catalog.Moment.MACHINE_SPEC:
+        return call.update_moment
     return ""
 
 
@@ -77,4 +79,5 @@ def run_context(call: wire.HookCall) -> dict[str, Any]:
         "controlPlaneUpgrades": list(call.control_plane_upgrades),
         "workersUpgrades": list(call.workers_upgrades),
         "settings": call.settings,
+        **({"machine": call.machine} if call.machine is not None else {}),
     }

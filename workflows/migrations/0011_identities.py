@@ -15,32 +15,32 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="bypass",
             name="actor_email",
-            field=models.CharField(blank=True, max_length=254),
+            field=models.CharField(blank=True, db_default="", default="", max_length=254),
         ),
         migrations.AddField(
             model_name="bypass",
             name="actor_subject",
-            field=models.CharField(blank=True, max_length=255),
+            field=models.CharField(blank=True, db_default="", default="", max_length=255),
         ),
         migrations.AddField(
             model_name="bypass",
             name="ended_by_email",
-            field=models.CharField(blank=True, max_length=254),
+            field=models.CharField(blank=True, db_default="", default="", max_length=254),
         ),
         migrations.AddField(
             model_name="bypass",
             name="ended_by_subject",
-            field=models.CharField(blank=True, max_length=255),
+            field=models.CharField(blank=True, db_default="", default="", max_length=255),
         ),
         migrations.AddField(
             model_name="runevent",
             name="actor_email",
-            field=models.CharField(blank=True, max_length=254),
+            field=models.CharField(blank=True, db_default="", default="", max_length=254),
         ),
         migrations.AddField(
             model_name="runevent",
             name="actor_subject",
-            field=models.CharField(blank=True, max_length=255),
+            field=models.CharField(blank=True, db_default="", default="", max_length=255),
         ),
         migrations.CreateModel(
             name="Identity",

@@ -69,7 +69,9 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="steprun",
             name="progress_mark",
-            field=models.CharField(blank=True, default="", editable=False, max_length=32),
+            field=models.CharField(
+                blank=True, db_default="", default="", editable=False, max_length=32
+            ),
         ),
         migrations.AddField(
             model_name="steprun",

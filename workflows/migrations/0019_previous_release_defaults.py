@@ -7,6 +7,11 @@ inserts rows without naming them, failed every insert while it ran beside this s
 an upgrade (issue 32: the old worker failed every run's start). A database default makes
 those inserts work. Setting a default changes only the catalog (no rewrite, no scan), so it
 is safe on a large table. `make lint` (scripts/check-migrations) now refuses such a column.
+
+0011, 0014 and 0015 now add those columns with their database default already, so the
+previous release also runs beside the states between them and this one while the migrate Job
+applies them (tests/deploy/test_rolling_upgrade.py); this one keeps it for databases that
+applied them before.
 """
 
 from django.db import migrations, models

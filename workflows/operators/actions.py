@@ -179,6 +179,13 @@ def run_retry(*, run_id: int, actor: str | access.Actor, reason: str, step_name:
             raise AlreadyDone(_nothing_to_retry(run, step_name))
         if not steps or any(s.state not in retryable for s in steps):
             raise ActionError(_nothing_to_retry(run, step_name))
+        # A failure that names its own ways on (a gate of an abandoned rollout) comes back
+        # at once: the retry would be recorded, and mislead.
+        final = next((s for s in steps if messages.names_ways_out(s.message)), None)
+        if final is not None:
+            raise ActionError(
+                f"run {run.pk}: a retry of step {final.name!r} fails again: {final.message}"
+            )
         for step in steps:
             stepstate.apply(step, lifecycle.retried(step), actor=who.name, reason=reason)
         # Steps that were cancelled with the run go back to waiting for their turn too.

@@ -152,6 +152,7 @@ def _run(run: Run, now: datetime.datetime, actor: access.Actor) -> dict[str, Any
     return {
         "run": selectors.run_summary(run),
         "heldSince": _time(held.since) if held else None,
+        "heldSeconds": int(held.seconds(now)) if held else None,
         "heldFor": held.describe(now) if held else "",
         "step": {
             "name": current.name,

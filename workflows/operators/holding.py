@@ -22,7 +22,6 @@ import dataclasses
 import datetime
 
 from django.db.models import OuterRef, Q, Subquery
-from django.utils import timezone
 
 from hooksvc.contract import catalog
 from workflows import durations
@@ -99,9 +98,8 @@ class Held:
         return f"{self.span(now)}, {self.times()}"
 
 
-def at(moment: datetime.datetime) -> str:
-    """An absolute time to the second, with its zone: 2025-06-01 12:03:04 UTC."""
-    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
+#: An absolute time to the second, with its zone: 2025-06-01 12:03:04 UTC.
+at = durations.at
 
 
 def held(

@@ -197,7 +197,10 @@ def _gate(params: Any, call: wire.HookCall, now: datetime.datetime, actor: acces
         shown = lambda ns: actor.may(access.Permission.VIEW, ns)  # noqa: E731
         halted = gate.halted_message(seen.failed, version, shown=shown)
         return f"{said}: {halted.split(';')[0]}"
-    finished = f"{len(seen.soaked_at)} of {seen.needed} canaries finished now"
+    finished = (
+        f"{len(seen.soaked_at)} of {durations.count(seen.needed, 'canary', 'canaries')}"
+        " finished now"
+    )
     if len(seen.soaked_at) >= seen.needed:
         ends = seen.soaked_at[seen.needed - 1]
         finished += ", passed" if ends <= now else f", the soak ends {gate.soak_end(ends)}"

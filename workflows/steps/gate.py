@@ -31,7 +31,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from hooksvc.contract import wire
-from workflows import clock, errors
+from workflows import clock, durations, errors
 from workflows.models import KnownCluster, Run
 from workflows.rollout_actions import RolloutAction
 from workflows.steps import registry, windows
@@ -251,19 +251,24 @@ def waits_message(
     """What a waiting gate says: deterministic while nothing changes; once enough canaries
     passed, the end of their soak (`soaked_at`) instead of the soak's length; `too_few`:
     how many canaries there are, when fewer than it needs (it cannot pass so)."""
-    who = "all" if params.get("all") else str(params["count"])
+    who = (
+        "all canaries"
+        if params.get("all")
+        else durations.count(int(params["count"]), "canary", "canaries")
+    )
     soak = params.get("soakSeconds") or 0
     soaked = f" and soak {soak:g} s" if soak else ""
     if soaked_at is not None:
         soaked = f" and soak until {soak_end(soaked_at)}"
     said = (
-        f"waits for {who} canaries {selector_text(params['matchLabels'])} to pass "
+        f"waits for {who} {selector_text(params['matchLabels'])} to pass "
         f"{CANARY_HOOK} at {version}{soaked}"
     )
     if too_few == 0:
         said += " (no Cluster has those labels now)"
     elif too_few is not None:
-        said += f" (only {too_few} Clusters have those labels now)"
+        have = "has" if too_few == 1 else "have"
+        said += f" (only {durations.count(too_few, 'Cluster')} {have} those labels now)"
     return said
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from workflows import durations
+
 KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 #: The Progressing condition's reason once a Deployment's progressDeadlineSeconds passed.
 DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
@@ -90,7 +92,9 @@ def _stateful_set(obj: dict[str, Any]) -> Rollout:
     replicas = _int(spec.get("replicas", 1))
     ready = _int(status_.get("readyReplicas"))
     if ready < replicas:
-        return Rollout(False, f"{replicas - ready} pods are not ready")
+        waiting = replicas - ready
+        are = "is" if waiting == 1 else "are"
+        return Rollout(False, f"{durations.count(waiting, 'pod')} {are} not ready")
     rolling = strategy.get("rollingUpdate")
     if rolling is None and "type" not in strategy:
         rolling = {}  # the API server defaults an absent strategy to partition 0

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflows import errors
+from workflows import durations, errors
 from workflows.kube import k8s
 from workflows.steps import namespace_patterns, objects
 
@@ -102,7 +102,8 @@ def check(api: k8s.ApiClient, found: JSON, what: str, output: JSON) -> None:
     output.update(volumesCovered=len(claims), volumesSnapshotted=completed, volumesByFsBackup=by_fs)
     if completed + by_fs < len(claims):
         raise errors.PermanentError(
-            f"{what} completed but backed up {completed + by_fs} of {len(claims)} volumes "
+            f"{what} completed but backed up {completed + by_fs} of "
+            f"{durations.count(len(claims), 'volume')} "
             "(Velero skips a volume it has no snapshotter for)",
             output=output,
         )

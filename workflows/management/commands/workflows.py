@@ -1,11 +1,13 @@
 """`manage.py workflows COMMAND`: the operator CLI.
 
 The subcommands live in workflows/operators/cli/ (one module per concern, listed in its
-`MODULES`); this command only builds the parser from them and calls the chosen one.
+`MODULES`); this command only builds the parser from them and calls the chosen one, with
+the INFO log lines of what it does left out of the terminal unless -v 2.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -27,4 +29,19 @@ class Command(BaseCommand):
             module.register(sub)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        options["handler"](self.stdout, options)
+        # What an action did is its answer on stdout and the run's history; the INFO line
+        # it logs for the server's log came after the answer, a second answer on the
+        # terminal. Warnings and errors still show; -v 2 shows everything.
+        # The records still reach every other handler (a log shipper's, a test's).
+        console = [
+            (handler, handler.level)
+            for handler in logging.getLogger().handlers
+            if type(handler) is logging.StreamHandler and options["verbosity"] < 2
+        ]
+        for handler, _ in console:
+            handler.setLevel(max(handler.level, logging.WARNING))
+        try:
+            options["handler"](self.stdout, options)
+        finally:
+            for handler, level in console:
+                handler.setLevel(level)

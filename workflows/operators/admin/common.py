@@ -18,7 +18,6 @@ from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.text import capfirst
 
@@ -150,8 +149,8 @@ def moment(run: Any) -> str:
 
 
 def when(moment: datetime.datetime | None) -> str:
-    """A time to the second in the server's zone (UTC unless configured): 2025-06-01 12:03:04."""
-    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S") if moment else "-"
+    """A time as every page writes it, with its zone: 2025-06-01 12:03:04 UTC ("-": none)."""
+    return durations.at(moment)
 
 
 #: A duration at a glance ("12 min"), as the CLI shows it too.

@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import content_disposition_header
 
+from workflows import durations
 from workflows.models import Run, StepRun
 from workflows.operators import access, actions, states
 from workflows.operators.admin import common, runpage
@@ -127,15 +128,17 @@ class RunAdmin(ReadOnlyMixin, NamespacedMixin, common.TitledAdmin):
             done = getattr(run, "steps_done", 0)
         percent = int(100 * done / total) if total else 0
         return format_html(
-            '<div class="hooksvc-progress" title="{} of {} steps" '
+            '<div class="hooksvc-progress" title="{} of {} {}" '
             'style="width:80px;background:#e9ecef;border-radius:4px">'
             '<div style="width:{}%;background:#198754;height:8px;border-radius:4px"></div>'
-            '</div><span class="hk-nowrap">{} of {} steps</span>',
+            '</div><span class="hk-nowrap">{} of {} {}</span>',
             done,
             total,
+            durations.noun(total, "step"),
             percent,
             done,
             total,
+            durations.noun(total, "step"),
         )
 
     @admin.display(description="duration")

@@ -52,7 +52,15 @@ def lines(found: dict[str, Any]) -> list[str]:
         total = found["runs"]
         out = [
             f"nothing holds cluster {cluster}: "
-            + (f"none of its {total} runs holds a hook" if total else "it has no runs")
+            + (
+                (
+                    "its one run holds no hook"
+                    if total == 1
+                    else f"none of its {total} runs holds a hook"
+                )
+                if total
+                else "it has no runs"
+            )
         ]
         return out + _apart(found["apart"])
     out = [f"cluster {cluster}: held by {_count(held)}"]
