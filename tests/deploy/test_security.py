@@ -17,6 +17,8 @@ from tests.deploy import manifests
 #: The whole of hooksvc's cluster-wide permissions: (API group, resource) -> verbs.
 EXPECTED_CLUSTER_RULES = {
     ("cluster.x-k8s.io", "clusters"): {"get", "list", "watch"},
+    # The node steps read the Node of a Machine under an in-place update (status.nodeRef).
+    ("cluster.x-k8s.io", "machines"): {"get"},
     ("", "secrets"): {"get", "list", "watch"},
     ("", "events"): {"get", "create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
@@ -26,6 +28,10 @@ EXPECTED_CLUSTER_RULES = {
     ("hooks.hooksvc.io", "addonprofiles"): {"get", "list", "watch"},
     ("hooks.hooksvc.io", "workflowtemplates/status"): {"patch"},
     ("hooks.hooksvc.io", "addonprofiles/status"): {"patch"},
+    ("hooks.hooksvc.io", "inplacepolicies"): {"get", "list", "watch"},
+    ("hooks.hooksvc.io", "upgradepolicies"): {"get", "list", "watch"},
+    ("hooks.hooksvc.io", "inplacepolicies/status"): {"patch"},
+    ("hooks.hooksvc.io", "upgradepolicies/status"): {"patch"},
 }
 #: The watcher's leader Lease, in hooksvc's namespace: create it, then get and update it only.
 EXPECTED_LEASE_RULES = {

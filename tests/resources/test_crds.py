@@ -48,6 +48,10 @@ MINIMAL_WITH: dict[str, dict[str, Any]] = {
     },
     "addon_remove": {"inventory": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x"}]},
     "k8s_job": {"image": "busybox", "command": ["true"], "env": {"A": "b"}},
+    "node_drain": {"node": "worker-1"},
+    "node_uncordon": {},
+    "node_wait": {"version": "v1.33.0"},
+    "node_job": {"image": "busybox", "node": "worker-1"},
     "gate": {"matchLabels": {"ring": "canary"}, "count": 2},
     "window": {"timeZone": "UTC", "weekly": [{"days": ["Sun"], "start": "00:00", "end": "06:00"}]},
 }

@@ -59,7 +59,14 @@ import pytest
 import yaml
 from aiohttp import web
 
-from tests.support import kube_crds, kube_lifecycle, kube_openapi, kube_protobuf, kube_views
+from tests.support import (
+    kube_crds,
+    kube_eviction,
+    kube_lifecycle,
+    kube_openapi,
+    kube_protobuf,
+    kube_views,
+)
 from tests.support.kube_resources import Resource
 from tests.support.kube_semantics import JSON, ApiError
 from tests.support.kube_store import Change, Controller, Store
@@ -500,6 +507,9 @@ class KubeEmulator:
                 policy = await self._propagation(request)
                 answer = kube_lifecycle.delete(self._store, res, ns, name, policy)
                 return web.json_response(answer)
+        elif sub == "eviction" and res.kind == "Pod" and method == "POST":
+            answer = kube_eviction.evict(self._store, ns, name, await self._body(request))
+            return web.json_response(answer, status=201)
         elif sub == "log" and res.kind == "Pod" and method == "GET":
             text = kube_views.pod_log(self._store, res, ns, name, query)
             return web.Response(text=text, content_type="text/plain")

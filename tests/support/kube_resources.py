@@ -55,6 +55,7 @@ BUILTINS: tuple[Resource, ...] = (
     Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True),
     Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True),
     Resource("batch", "v1", "jobs", "Job", namespaced=True),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True),
     *(
         Resource("rbac.authorization.k8s.io", "v1", plural, kind, namespaced, status=False)
         for plural, kind, namespaced in (

@@ -33,6 +33,7 @@ from tests.support import servers
 from tests.support import workflows as wf
 from tests.workflows.test_browser import browser, fits, operator_page, shoot
 from workflows.models import Run, StepRun
+from workflows.rollout_actions import RolloutAction
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -207,3 +208,54 @@ def test_every_time_on_a_run_page_and_the_run_list_is_written_one_way_with_its_z
     shoot(page, output_dir, "run-times")
     page.goto(f"https://localhost:{hook_server.port}/admin/workflows/hookcall/")
     expect(page.locator("#result_list tbody tr").first).to_contain_text(re.compile(A_TIME))
+
+
+def test_the_fleet_counters_stay_on_one_line_at_1280_px_beside_a_halt_and_a_stall(
+    hook_server: servers.HookServer, browser: BrowserContext, output_dir: Path
+) -> None:
+    """With a halted (abandoned) rollout's banner, a stalled step and clusters held in every
+    state at several hooks, the counters wrapped onto a second line at 1280 px."""
+    now = timezone.now()
+    stalled_run()
+    for namespace in ("team-a", "team-b"):
+        waiting_run(namespace)
+    gated = Run.objects.create(
+        template_name="wave-main", template_generation=1, spec=wf.spec(),
+        hook="BeforeClusterUpgrade", cluster_key="uid-main-1", cluster_namespace="fleet",
+        cluster_name="main-1", moment="v1.32.4->v1.33.0", state="running",
+        context={"toKubernetesVersion": "v1.33.0"},
+        message="workflow wave-main waits for 1 canary ring=canary",
+    )  # fmt: skip
+    StepRun.objects.create(
+        run=gated, name="canaries", position=0, type="gate", state="waiting",
+        params={"matchLabels": {"ring": "canary"}, "count": 1},
+    )  # fmt: skip
+    RolloutAction.objects.create(
+        version="v1.33.0", kind="abandon", actor="cli:ann", reason="canary-3 lost its disks",
+        created_at=now,
+    )  # fmt: skip
+    for name, state, hook, released in (
+        ("gone-1", "failed", "BeforeClusterDelete", False),
+        ("new-1", "pending", "BeforeClusterCreate", False),
+        ("upd-1", "running", "BeforeClusterUpgrade", True),
+        ("cp-1", "failed", "AfterControlPlaneInitialized", False),
+        ("cp-2", "running", "AfterControlPlaneInitialized", False),
+        ("cp-3", "cancelled", "AfterControlPlaneInitialized", False),
+        ("cp-4", "pending", "AfterControlPlaneInitialized", False),
+    ):
+        Run.objects.create(
+            template_name=f"t-{name}", template_generation=1, spec=wf.spec(), hook=hook,
+            cluster_key=f"uid-{name}", cluster_namespace="fleet", cluster_name=name,
+            state=state, finished_at=now if state in ("failed", "cancelled") else None,
+            released=released,
+        )  # fmt: skip
+    page = operator_page(browser, f"https://localhost:{hook_server.port}")
+    expect(page.locator("[data-halt='v1.33.0']")).to_be_visible()
+    expect(page.locator("#stalled-count")).to_be_visible()
+    tops = page.evaluate(
+        "[...document.querySelectorAll('#fleet-counts > *')]"
+        ".map(e => [e.id || e.className, Math.round(e.getBoundingClientRect().top)])"
+    )
+    assert len({top for _, top in tops}) == 1, f"the counters wrap at 1280 px: {tops}"
+    fits(page)
+    shoot(page, output_dir, "fleet-counters")

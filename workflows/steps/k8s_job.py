@@ -29,6 +29,7 @@ for its TTL.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from workflows import errors
@@ -86,7 +87,8 @@ def check(params: dict[str, Any], hook: str) -> None:
         )
 
 
-def _job(ctx: registry.StepContext, name: str) -> objects.JSON:
+def manifest(ctx: registry.StepContext, name: str) -> objects.JSON:
+    """The Job the step creates, named `name`."""
     params = ctx.params
     container: dict[str, Any] = {"name": "job", "image": params["image"]}
     if params.get("command"):
@@ -203,7 +205,7 @@ def cleanup(ctx: registry.StepContext) -> None:
     """Stops the Job if it still runs (a cancel, a timeout); a finished Job is left to its TTL."""
     if not ctx.memo.get("created"):
         return
-    api = objects.cluster_api(ctx, ctx.params["cluster"])
+    api = _api(ctx)
     ns, name = ctx.params["namespace"], ctx.object_name()
     path = objects.path(BATCH_API, "jobs", ns, name)
     job = objects.get(api, path, what=f"Job {ns}/{name}")
@@ -257,12 +259,24 @@ def _trouble(
 @registry.step_type("k8s_job", params=PARAMS, check=check, cleanup=cleanup, stall_seconds=1800)
 def k8s_job(ctx: registry.StepContext) -> registry.Outcome:
     """Runs a Job and waits for it to finish."""
-    api = objects.cluster_api(ctx, ctx.params["cluster"])
+    return follow(ctx, manifest)
+
+
+def _api(ctx: registry.StepContext) -> k8s.ApiClient:
+    # Types built on this one (node_job) have no `cluster`: theirs is the workload cluster.
+    return objects.cluster_api(ctx, ctx.params.get("cluster", "workload"))
+
+
+def follow(
+    ctx: registry.StepContext, make: Callable[[registry.StepContext, str], objects.JSON]
+) -> registry.Outcome:
+    """Create the Job `make` gives (once), then read how it is doing: the step's one look."""
+    api = _api(ctx)
     ns, name = ctx.params["namespace"], ctx.object_name()
     what = f"Job {ns}/{name}"
     path = objects.path(BATCH_API, "jobs", ns, name)
     if not ctx.memo.get("created"):
-        objects.ensure(api, objects.path(BATCH_API, "jobs", ns), _job(ctx, name), what=what)
+        objects.ensure(api, objects.path(BATCH_API, "jobs", ns), make(ctx, name), what=what)
         ctx.memo["created"] = True
     job = objects.get(api, path, what=what)
     if job is None:
