@@ -51,6 +51,13 @@ def refused(reason: str) -> Answer:
     return Answer(catalog.Status.FAILURE, reason)
 
 
+def not_served(reason: str) -> Answer:
+    """A request the operator's definitions give no answer to (no UpdateMachine template
+    for the Machine, no upgrade policy that reaches the target): a Failure saying which,
+    so that CAPI reports it and retries with backoff until an operator changes them."""
+    return Answer(catalog.Status.FAILURE, reason)
+
+
 #: The request's values, not the store, are at fault (wire.py should have refused them):
 #: holding with "store unavailable" would wait forever for an outage that is not.
 UNSTORABLE = Answer(catalog.Status.FAILURE, MSG_UNSTORABLE)

@@ -8,7 +8,7 @@ per requested update of a Machine, answered like a lifecycle hook. The hook view
 
 from __future__ import annotations
 
-from hooksvc.contract import catalog, machines
+from hooksvc.contract import machines
 from workflows.hookpath import answers, inplace, upgradeplan
 
 #: Response fields of the hook (patches, upgrade steps), carried only by a Success.
@@ -29,9 +29,8 @@ def answer(call: machines.OptionalCall, *, handler_name: str) -> tuple[answers.A
     # The engine's path, as for a lifecycle hook: one run per (template, Machine's cluster,
     # Machine and desired spec), joined by every repeated call.
     owner = call.desired.owner
-    unmatched = answers.Answer(
-        catalog.Status.FAILURE,
-        MSG_NO_UPDATE_TEMPLATE.format(machine=f"{owner.namespace}/{owner.name}"),
+    unmatched = answers.not_served(
+        MSG_NO_UPDATE_TEMPLATE.format(machine=f"{owner.namespace}/{owner.name}")
     )
     hook_call = machines.update_hook_call(call)
     return answers.answer(hook_call, handler_name=handler_name, unmatched=unmatched), {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from hooksvc.contract import catalog, machines, semver
+from hooksvc.contract import machines, semver
 from workflows.definitions import policies
 from workflows.hookpath import answers
 
@@ -197,7 +197,7 @@ def answer(call: machines.UpgradePlanCall) -> tuple[answers.Answer, dict[str, ob
             target=call.to_text,
         )
     except PlanError as exc:
-        return answers.Answer(catalog.Status.FAILURE, str(exc)), {}
+        return answers.not_served(str(exc)), {}
     fields: dict[str, object] = {
         "controlPlaneUpgrades": [{"version": v} for v in found.control_plane],
         "workersUpgrades": [{"version": v} for v in found.workers],
