@@ -6,7 +6,7 @@ from __future__ import annotations
 #: (scripts/release.py) sets it and copies it everywhere else; tests/test_release.py holds
 #: every copy equal to it. Between releases it stays the last release's: a build is told
 #: apart by its commit (hooksvc.build.commit()), not by a development version.
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from hooksvc.celery import app as celery_app
 
