@@ -11,13 +11,14 @@ planted beside the project's holds one migration per case; one run judges them a
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from tests.deploy import releases
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "check_migrations.py"
@@ -113,10 +114,10 @@ def test_the_check_refuses_what_the_previous_release_cannot_run_beside(tmp_path:
     # The project's own migrations since the release pass, or are accepted with why.
     assert not re.search(r"\(workflows, \w+\)\.\.\. ERR", out), out
     # What to do, in words.
-    previous = json.loads((ROOT / "releases.json").read_text())[-1]
+    previous = releases.previous()
     assert result.stderr.startswith(
         "check-migrations: a migration above is one the previous release "
-        f"({previous['version']}, {previous['commit'][:7]})\n"
+        f"({previous.version}, {previous.commit[:7]})\n"
     ), result.stderr
     assert "give the new column a database default, `db_default=` as well as" in result.stderr
 

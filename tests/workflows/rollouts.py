@@ -4,6 +4,7 @@ main wave gated on two canaries at BeforeClusterUpgrade."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from typing import Any
@@ -45,23 +46,37 @@ def templates(
     )
 
 
+def _due_later(message: dict[str, Any]) -> bool:
+    eta = message.get("headers", {}).get("eta")
+    return bool(eta) and datetime.datetime.fromisoformat(eta) > datetime.datetime.now(datetime.UTC)
+
+
 def _waiting_tasks(client: redis.Redis) -> list[str]:
-    """The task names of the messages in the broker, delivered or not, but beat's periodic
-    ones: with a poll batch every second one of those is nearly always there."""
+    """The task names of the messages in the broker that are due, delivered or not, but
+    beat's periodic ones: with a poll batch every second one of those is nearly always there."""
     periodic = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
     # Kombu's Redis transport: the queue is a list of messages; delivered ones wait in
     # `unacked`, each as [message, exchange, routing key].
     raw = [json.loads(m) for m in client.lrange("celery", 0, -1)]
     raw += [json.loads(m)[0] for m in client.hvals("unacked")]
-    names = [str(message.get("headers", {}).get("task")) for message in raw]
+    names = [
+        str(message.get("headers", {}).get("task")) for message in raw if not _due_later(message)
+    ]
     return [name for name in names if name not in periodic]
 
 
 def drained(timeout: float = 30) -> None:
-    """Wait until the broker holds no message but beat's periodic ones: a message still due
-    (a resume's wake-up) would reach the next test's worker, whose log some tests read."""
+    """Wait until the broker holds no due message but beat's periodic ones, then drop those
+    due later (a countdown's wake-up, which a worker holds until its time): either would
+    reach the next test's worker, whose log some tests read."""
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     deadline = time.monotonic() + timeout
     while waiting := _waiting_tasks(client):
         assert time.monotonic() < deadline, f"messages still in the broker: {waiting}"
         time.sleep(0.1)
+    for raw in client.lrange("celery", 0, -1):
+        if _due_later(json.loads(raw)):
+            client.lrem("celery", 0, raw)  # type: ignore[arg-type]  # bytes, as read
+    for tag, raw in client.hgetall("unacked").items():
+        if _due_later(json.loads(raw)[0]):
+            client.hdel("unacked", tag)
