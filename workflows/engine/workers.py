@@ -42,7 +42,9 @@ def reap() -> Reaped:
         freed = sorted(stepstate.free_leases_of(owners)) if owners else []
         dispatch.run_steps(freed)
     if owners:
-        logger.warning(
+        # A warning only when work was cut short: a worker stopped between steps held none.
+        logger.log(
+            logging.WARNING if freed else logging.INFO,
             "dead workers' steps freed",
             extra={
                 "action": "workers_reaped",
