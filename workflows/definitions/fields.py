@@ -141,3 +141,12 @@ def names(value: Any, where: str, check: Callable[[Any, str], str] = name) -> li
     if not isinstance(value, list):
         raise FieldError(where, "must be a list")
     return [check(item, f"{where}[{i}]") for i, item in enumerate(value)]
+
+
+def boolean(value: Any, where: str, default: bool) -> bool:
+    """`value` as a bool, `default` when unset."""
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise FieldError(where, "must be true or false")
+    return value

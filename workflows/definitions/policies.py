@@ -116,14 +116,6 @@ def _namespaces(value: Any, where: str) -> list[str]:
     return fields.names(value, where, fields.string)
 
 
-def _boolean(value: Any, where: str, default: bool) -> bool:
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise fields.FieldError(where, "must be true or false")
-    return value
-
-
 IN_PLACE_FIELDS = (
     "machineSelector",
     "namespaces",
@@ -147,7 +139,7 @@ def in_place_policy(value: Any, name: str) -> dict[str, Any]:
         ),
         # CAPI counts a Machine under in-place update as unavailable whatever this says
         # (the book's implement-in-place-update-hooks.md): hooksvc's own note, shown to people.
-        "affectsAvailability": _boolean(
+        "affectsAvailability": fields.boolean(
             raw.get("affectsAvailability"), "spec.affectsAvailability", True
         ),
     }

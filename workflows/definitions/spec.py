@@ -272,7 +272,10 @@ def typed_template(value: Any, name: str) -> typed.Template:
             fields.FieldError("spec.waitFor", f"a template cannot wait for itself ({name!r})")
         )
     holds = hook is not None and problems.check(
-        _boolean, raw.get("holdsLifecycle"), "spec.holdsLifecycle", typed.holds_by_default(hook)
+        fields.boolean,
+        raw.get("holdsLifecycle"),
+        "spec.holdsLifecycle",
+        typed.holds_by_default(hook),
     )
     if hook == CLUSTER_DELETED:
         # No CAPI call comes with this moment: nothing to hold, no ExtensionConfig settings.
@@ -333,14 +336,6 @@ def typed_template(value: Any, name: str) -> typed.Template:
         # Unset fields take the typed template's defaults.
         **{k: v for k, v in given.items() if v is not None},
     )
-
-
-def _boolean(value: Any, where: str, default: bool) -> bool:
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise fields.FieldError(where, "must be true or false")
-    return value
 
 
 #: Profile names become part of template names (`addon-install-<name>`), which must fit 63.
