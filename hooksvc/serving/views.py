@@ -133,13 +133,7 @@ def _answer(
     try:
         call = wire.parse_hook_call(hook, _read_body(request))
     except wire.BadRequest as exc:
-        logger.info(
-            "hook request rejected",
-            extra={"action": "hook_rejected", "hook": hook.name, "reason": str(exc)},
-        )
-        # An oversized body is left unread: close the connection rather than drain it.
-        headers = {"Connection": "close"} if _oversized(request) else None
-        return _response(hook, answers.refused(str(exc))), headers
+        return _refused(request, hook, exc)
     try:
         answer, held_ms, rereads = _answer_lingering(call, handler.name)
     except DataError:
@@ -197,6 +191,19 @@ def _answer(
     return _response(hook, answer), headers
 
 
+def _refused(
+    request: HttpRequest, hook: catalog.Hook, exc: wire.BadRequest
+) -> tuple[catalog.HookResponse, dict[str, str] | None]:
+    """A request hooksvc cannot take: a Failure in wire's fixed words, and the reason logged."""
+    logger.info(
+        "hook request rejected",
+        extra={"action": "hook_rejected", "hook": hook.name, "reason": str(exc)},
+    )
+    # An oversized body is left unread: close the connection rather than drain it.
+    headers = {"Connection": "close"} if _oversized(request) else None
+    return _response(hook, answers.refused(str(exc))), headers
+
+
 def _response(hook: catalog.Hook, answer: answers.Answer) -> catalog.HookResponse:
     return catalog.response(hook, answer.status, answer.message, answer.retry_after)
 
@@ -210,12 +217,7 @@ def _answer_optional(
     try:
         call = machines.parse(hook, _read_body(request))
     except wire.BadRequest as exc:
-        logger.info(
-            "hook request rejected",
-            extra={"action": "hook_rejected", "hook": hook.name, "reason": str(exc)},
-        )
-        headers = {"Connection": "close"} if _oversized(request) else None
-        return _response(hook, answers.refused(str(exc))), headers
+        return _refused(request, hook, exc)
     key, namespace, cluster, moment = machines.record_fields(call)
     where = {"hook": hook.name, "cluster": f"{namespace}/{cluster}", "moment": moment}
     fields: dict[str, object] = {}
