@@ -98,3 +98,19 @@ def test_a_command_that_ignores_sigterm_is_killed_a_grace_after_its_supervisor_d
     supervisor.kill()
     supervisor.wait(timeout=20)
     _wait("the command to end", lambda: not _alive(pid))
+
+
+def test_what_the_command_started_ends_with_it_after_the_grace(tmp_path: Path) -> None:
+    """A process the command started (helm's plugins, post-renderers) holds its pipes: after
+    the grace the guard SIGKILLs the whole group, so nobody waits on them for ever."""
+    pid_file = tmp_path / "pid"
+    process = childguard.popen(
+        ["sh", "-c", f"trap '' TERM; sleep 600 & echo $! > {pid_file}; wait"],
+        1,
+        stdout=subprocess.PIPE,
+    )
+    _wait("the grandchild", lambda: pid_file.exists() and pid_file.read_text().strip())
+    process.terminate()
+    process.communicate(timeout=20)
+    assert process.returncode == -signal.SIGKILL
+    _wait("the grandchild to end", lambda: not _alive(int(pid_file.read_text())))

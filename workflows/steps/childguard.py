@@ -12,8 +12,9 @@ file as a script, a process of a single thread that may ask safely:
   ends. A guard that found its parent already gone exits at once.
 - On SIGTERM, from its parent or from the parent's death, the guard passes SIGTERM on (helm
   then records its release failed: helm v3.17 cmd/helm/install.go and upgrade.go cancel the
-  operation on SIGINT and SIGTERM), waits `grace` seconds and then SIGKILLs the command. So
-  even a command that ignores SIGTERM ends within `grace` of its supervisor's death.
+  operation on SIGINT and SIGTERM), waits `grace` seconds and then SIGKILLs its process
+  group: the command, anything it started, and the guard. So even a command that ignores
+  SIGTERM ends within `grace` of its supervisor's death.
 - It runs in a process group of its own (`process_group=0`), so a signal meant for the
   worker's group (a terminal's Ctrl-C) does not bypass this order.
 
@@ -75,8 +76,9 @@ def _guard(parent: int, grace: float, command: list[str]) -> int:
         signal.setitimer(signal.ITIMER_REAL, grace)
 
     def kill(signum: int, frame: object) -> None:
-        if child is not None:
-            child.kill()
+        # The whole group, this guard included: a process the command started may hold its
+        # pipes open, and communicate() would wait on them for ever.
+        os.killpg(0, signal.SIGKILL)
 
     child: subprocess.Popen[bytes] | None = None
     signal.signal(signal.SIGALRM, kill)
