@@ -182,6 +182,23 @@ def as_recorded(value: Any) -> str:
     return ", ".join(str(item) for item in value)
 
 
+#: An upstream file a Recorded line names (`pkg/x/y.go`); this repository's own are not.
+UPSTREAM_FILE = re.compile(rf"`(?!(?:{TOPS})/)([\w.-]+(?:/[\w.-]+)+\.\w+)`")
+
+
+def unpinned(source: str) -> list[str]:
+    """The upstream files of a Recorded line's source with no tag or commit of their own
+    between the file named before them (or the start) and them: one pin at the front must
+    not pass for every file of a line that reads several."""
+    found = []
+    start = 0
+    for match in UPSTREAM_FILE.finditer(source):
+        if not PIN.search(source[start : match.start()]):
+            found.append(match.group(1))
+        start = match.end()
+    return found
+
+
 def test_every_recorded_value_is_the_projects_copy() -> None:
     """A constant that copies an upstream value equals what the page says was read there,
     and names the tag or commit it was read at: changing either side without reading the
@@ -197,6 +214,7 @@ def test_every_recorded_value_is_the_projects_copy() -> None:
             problems.append(f"{name} is {copy!r}; upstream, as recorded: {value!r}")
         if not PIN.search(source):
             problems.append(f"{name}: the source names no tag or commit: {source!r}")
+        problems += [f"{name}: `{path}` names no tag or commit" for path in unpinned(source)]
     assert not problems, "docs/upstream.md:\n" + "\n".join(problems)
 
 
@@ -247,6 +265,10 @@ def test_the_recorded_value_check_finds_a_difference() -> None:
     assert as_recorded(("Namespace",)) != match["value"]
     assert as_recorded({"Complete": "succeeded", "Failed": "failed"}) == "Complete, Failed"
     assert PIN.search("velero v1.18.1 (26ef8fa7df68)") and not PIN.search("kubernetes master")
+    # Each file its own pin (kuberuntime_container.go had none, behind images/types.go's).
+    two = "kubernetes 0a2f5b12 `pkg/a/types.go` (`X`), kubernetes `pkg/b/c.go` (as `tests/x.py`)"
+    assert unpinned(two) == ["pkg/b/c.go"]
+    assert unpinned(two.replace("kubernetes `pkg/b", "kubernetes fbba6b47 `pkg/b")) == []
     reading = FRESH.match("Fresh reading 2026-11-28 at helm v4.1.4 (05fa3797): InstallOrder.")
     assert reading and reading["at"] == "helm v4.1.4 (05fa3797)"
     assert not FRESH.match("Fresh reading soon: nothing")

@@ -16,7 +16,7 @@ from hooksvc.contract import catalog
 from workflows.policy_model import Policy  # noqa: F401
 from workflows.rollout_actions import RolloutAction  # noqa: F401
 
-HOOK_CHOICES = [(name, name) for name in catalog.HOOKS]
+HOOK_CHOICES = [(name, name) for name in catalog.BYPASSABLE]
 #: A hook call's record may be of an optional hook too.
 CALL_HOOK_CHOICES = [(name, name) for name in catalog.ALL_HOOKS]
 #: What templates and runs name: the hooks, and hooksvc's own moments (ClusterDeleted).

@@ -173,6 +173,10 @@ MOMENTS: dict[str, Hook] = {
     "UpdateMachine": OPTIONAL_HOOKS["UpdateMachine"],
 }
 
+#: The hooks a break-glass bypass may answer: those whose calls start runs that hold CAPI
+#: (the lifecycle hooks, and UpdateMachine: a Machine's in-place update).
+BYPASSABLE: dict[str, Hook] = {**HOOKS, "UpdateMachine": OPTIONAL_HOOKS["UpdateMachine"]}
+
 DISCOVERY_PATH_SEGMENT = "discovery"
 
 

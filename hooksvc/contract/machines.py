@@ -224,6 +224,12 @@ def update_moment(call: UpdateMachineCall) -> str:
     return f"{name}@{call.digest}"
 
 
+def machine_of(moment: str) -> tuple[str, str] | None:
+    """(Machine name, desired-spec digest) of an UpdateMachine run's `update_moment`."""
+    name, at, digest = moment.rpartition("@")
+    return (name, digest) if at and name else None
+
+
 def update_hook_call(call: UpdateMachineCall) -> wire.HookCall:
     """UpdateMachine as the engine's hook call: the Machine's Cluster (namespace and
     spec.clusterName; the request has no UID) with the Machine's labels, which templates'

@@ -171,7 +171,7 @@ class BypassesCollector(Collector):
             "Break-glass bypasses in force (hook calls answered without runs), by hook.",
             labels=["hook"],
         )
-        for hook in catalog.HOOKS:
+        for hook in catalog.BYPASSABLE:
             family.add_metric([hook], counts.get(hook, 0))
         yield family
 

@@ -135,3 +135,23 @@ def test_evicting_a_pod_that_does_not_exist_is_a_404(kube: KubeEmulator, core: A
     with pytest.raises(kubernetes.client.ApiException) as raised:
         evict(core, "ghost")
     assert raised.value.status == 404
+
+
+def test_an_eviction_in_a_terminating_namespace_is_forbidden(kube: KubeEmulator, core: Api) -> None:
+    """kubernetes 04791b49 staging/src/k8s.io/apiserver/pkg/admission/plugin/namespace/
+    lifecycle/admission.go `Admit`: every create in a terminating namespace, a subresource
+    such as an eviction too, is 403 with cause NamespaceTerminating; the Pod stays."""
+    kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "old"}})
+    kube.put_object({**running_pod("web-1", {}), "metadata": {"name": "web-1", "namespace": "old"}})
+    kube.set_status("", "v1", "namespaces", None, "old", {"phase": "Terminating"})
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web-1"}}
+    with pytest.raises(kubernetes.client.ApiException) as raised:
+        core.create_namespaced_pod_eviction("web-1", "old", body)
+    assert raised.value.status == 403
+    status = json.loads(str(raised.value.body))
+    assert status["message"] == (
+        'pods "web-1" is forbidden: unable to create new content in namespace old because it'
+        " is being terminated"
+    )
+    assert [c["reason"] for c in status["details"]["causes"]] == ["NamespaceTerminating"]
+    assert kube.get_object(*PODS, "old", "web-1") is not None

@@ -256,3 +256,61 @@ def test_uncordon_makes_the_node_schedulable_and_is_idempotent(
     assert not unschedulable(kube)
     again = run(context("node_uncordon", {"node": "worker-1"}, hook="UpdateMachine"))
     assert isinstance(again, registry.Done) and again.output["uncordoned"] is False
+
+
+def test_a_pods_drain_label_skips_it_or_holds_the_drain_until_it_completes(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """cluster-api be6043dc filters.go `drainLabelFilter`: `cluster.x-k8s.io/drain: skip`
+    (any case) leaves the Pod alone; `wait-completed` (any case, the hyphen optional) does
+    not evict it but the drain is not complete while it is there (drain.go 8bb95107
+    `EvictPods`, `PodsToWaitCompletedNow`); another value is drained as usual."""
+    web = owner(kube, "StatefulSet", "web")
+    kube.put_object(pod("keep", owned_by=web, labels={"cluster.x-k8s.io/drain": "Skip"}))
+    kube.put_object(pod("batch", owned_by=web, labels={"cluster.x-k8s.io/drain": "WaitCompleted"}))
+    kube.put_object(pod("odd", owned_by=web, labels={"cluster.x-k8s.io/drain": "later"}))
+    ctx = context("node_drain", {"node": "worker-1"}, hook="UpdateMachine")
+
+    waiting = run(ctx)
+    assert isinstance(waiting, registry.Poll)
+    assert waiting.message == (
+        "Node worker-1 is draining: 2 Pods left; 1 to complete without eviction (default/batch)"
+    )
+    assert names(kube) == ["batch", "keep"], "odd evicted, batch and keep not"
+    assert waiting.output is not None
+    assert waiting.output["skipped"] == ["default/keep (label cluster.x-k8s.io/drain)"]
+    assert waiting.output["waiting"] == ["default/batch"]
+
+    still = run(ctx)
+    assert isinstance(still, registry.Poll), "held while batch runs"
+    assert still.message == (
+        "Node worker-1 is draining: 1 Pods left; 1 to complete without eviction (default/batch)"
+    )
+    kube.delete_object(*PODS, "default", "batch")  # it completed and is gone
+    done = run(ctx)
+    assert isinstance(done, registry.Done)
+    assert done.output["evicted"] == ["default/odd"]
+
+
+def test_a_pod_whose_namespace_is_being_deleted_is_waited_for_not_a_failure(
+    kube: KubeEmulator, context: Context
+) -> None:
+    """The NamespaceLifecycle admission plugin refuses every create in a terminating
+    namespace, an eviction too: 403 with cause NamespaceTerminating (kubernetes 04791b49
+    admission.go `Admit`); CAPI (drain.go 8bb95107 `EvictPods`) waits for the namespace
+    controller to delete the Pod rather than failing."""
+    kube.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "old"}})
+    kube.put_object({**pod("web-1"), "metadata": {"name": "web-1", "namespace": "old"}})
+    kube.set_status("", "v1", "namespaces", None, "old", {"phase": "Terminating"})
+    ctx = context("node_drain", {"node": "worker-1"}, hook="UpdateMachine")
+
+    waiting = run(ctx)
+    assert isinstance(waiting, registry.Poll)
+    assert waiting.message == (
+        "Node worker-1 is draining: 1 Pods left; 1 refused eviction (old/web-1)"
+    )
+    assert waiting.output is not None
+    assert waiting.output["refused"] == ["old/web-1: its namespace is being deleted"]
+
+    kube.delete_object(*PODS, "old", "web-1")  # the namespace controller's deletion
+    assert isinstance(run(ctx), registry.Done)

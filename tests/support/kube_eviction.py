@@ -3,6 +3,10 @@
 Written from kubernetes/kubernetes 01aa0f3f `pkg/registry/core/pod/storage/eviction.go`
 (`EvictionREST.Create`, `canIgnorePDB`, `checkAndDecrement`, `getPodDisruptionBudgets`):
 
+- an eviction is a create, so the NamespaceLifecycle admission plugin refuses it in a
+  terminating namespace, before the Pod is looked at: 403 with cause NamespaceTerminating
+  (kubernetes 04791b49 staging/src/k8s.io/apiserver/pkg/admission/plugin/namespace/
+  lifecycle/admission.go `Admit`; cluster-api 8bb95107 drain.go `EvictPods` waits on it);
 - a Pod that is Pending, has ended (Succeeded, Failed) or is being deleted is deleted at
   once, whatever its budgets (`canIgnorePDB`);
 - otherwise the PodDisruptionBudgets of its namespace whose selector matches its labels (an
@@ -90,6 +94,7 @@ def evict(store: Store, ns: str, name: str, body: JSON) -> JSON:
     if (body.get("metadata") or {}).get("name") != name:
         raise ApiError(400, "name in URL does not match name in Eviction object")
     res = store.served(*PODS)
+    store.admit_create(res, ns, name, "create")
     pod = store.existing(res, ns, name)
     if not _can_ignore_budget(pod):
         found = budgets(store, pod)

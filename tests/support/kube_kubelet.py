@@ -36,6 +36,13 @@ reason `ContainerStatusUnknown` (137), the Pod turns `Failed` unless it had ende
 kubelet deletes it with grace 0. `disrupt` plays an eviction: the `DisruptionTarget`
 condition and containers killed with exit code 137.
 
+A Node's kubelet reports its own version (`status.nodeInfo.kubeletVersion`, the build's
+gitVersion: kubernetes 8340f5a9 pkg/kubelet/nodestatus/setters.go `VersionInfo`) and
+`Ready` (`ReadyCondition`, reason `KubeletReady`) once it (re)starts. A container whose
+image's `Script.kubelet_version` is set installs that kubelet on its Node: when it exits 0,
+the Node's kubelet restarts and reports the new version (what an in-place update's Job
+does to a Node).
+
 Kubernetes' durations are multiplied by `time_scale`, so that a test sees a 10 s backoff in
 milliseconds. Everything here runs in the emulator's loop; `kube_workloads.Workloads` is
 the thread-safe face tests hold.
@@ -54,6 +61,7 @@ from tests.support.kube_semantics import JSON
 from tests.support.kube_store import Change, Store
 
 PODS = ("", "v1", "pods")
+NODES = ("", "v1", "nodes")
 #: The kubelet's image pull backoff: 10 s doubling up to 300 s (MaxContainerBackOff).
 PULL_BACKOFF, MAX_BACKOFF = 10.0, 300.0
 #: How long after a failed pull the kubelet's next sync shows ImagePullBackOff.
@@ -81,6 +89,8 @@ class Script:
     log: str = ""
     seconds: float = 0.0
     stop_seconds: float | None = None
+    #: Exiting 0, the container has installed this kubelet version on its Node ("": none).
+    kubelet_version: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +126,7 @@ class _Pod:
     restart_policy: str
     containers: dict[str, _Container]
     started: str
+    node: str = ""
     stopping: bool = False
 
 
@@ -123,6 +134,20 @@ def _restarts(pod: _Pod, exit_code: int) -> bool:
     return not pod.stopping and (
         pod.restart_policy == "Always" or (pod.restart_policy == "OnFailure" and exit_code != 0)
     )
+
+
+def report_node(store: Store, node: str, version: str, ready: str = "True") -> None:
+    """What a Node's kubelet reports of itself once it runs: its version and Ready."""
+    if store.objects.get(("", "nodes", "", node)) is None:
+        return
+    reason = "KubeletReady" if ready == "True" else "KubeletNotReady"
+    status = {
+        "nodeInfo": {"kubeletVersion": version},
+        "conditions": [
+            {"type": "Ready", "status": ready, "reason": reason, "lastHeartbeatTime": now()}
+        ],
+    }
+    store.set_status(NODES, "", node, status)
 
 
 class Kubelet:
@@ -165,6 +190,7 @@ class Kubelet:
                 c["name"]: _Container(c["name"], c.get("image", ""), c) for c in spec["containers"]
             },
             started=now(),
+            node=spec["nodeName"],
         )
         self._pods[key] = pod
         self._publish(pod)
@@ -298,10 +324,14 @@ class Kubelet:
         self._set(pod, container, {"running": {"startedAt": now()}})
         script = self.scripts.get(container.image)
         if script is not None:
-            self._later(
-                script.seconds,
-                container,
-                lambda: self._exit(pod, container, script.exit_code, script.log),
+            self._later(script.seconds, container, lambda: self._run_out(pod, container, script))
+
+    def _run_out(self, pod: _Pod, container: _Container, script: Script) -> None:
+        self._exit(pod, container, script.exit_code, script.log)
+        if script.kubelet_version and script.exit_code == 0:
+            self._live_store().later(
+                SYNC_SECONDS * self.time_scale,
+                lambda: report_node(self._live_store(), pod.node, script.kubelet_version),
             )
 
     def _start_failed(self, pod: _Pod, container: _Container, message: str) -> None:

@@ -372,7 +372,7 @@ class Store:
         shown = _meta(obj).get("name") or _meta(obj).get("generateName") or ""
         key, obj = self._admit(res, ns, obj)
         validate(res.group, res.kind, obj)
-        self._admit_create(res, ns, key[3], verb)
+        self.admit_create(res, ns, key[3], verb)
         for controller in self.controllers:
             admit = getattr(controller, "admit", None)
             if admit is not None:
@@ -392,7 +392,7 @@ class Store:
             obj["status"] = {"phase": "Active"}
         return self.present(res, self._commit(res, key, None, obj, "ADDED"))
 
-    def _admit_create(self, res: Resource, ns: str, name: str, verb: str) -> None:
+    def admit_create(self, res: Resource, ns: str, name: str, verb: str) -> None:
         """NamespaceLifecycle admission (apiserver plugin/namespace/lifecycle/admission.go),
         and no POST while a CRD terminates (customresource_handler.go serveResource refuses
         the verb "create" only: a server-side apply is the verb "patch", which patch.go

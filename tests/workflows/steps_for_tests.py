@@ -177,6 +177,25 @@ def tracked(ctx: registry.StepContext) -> registry.Outcome:
 
 
 @registry.step_type(
+    "tracked_poll",
+    params={
+        "every": registry.Param((int, float), default=1, minimum=0),
+        "polls": registry.Param(int, default=3, minimum=1),
+    },
+    cleanup=_tracked_cleanup,
+)
+def tracked_poll(ctx: registry.StepContext) -> registry.Outcome:
+    """`tracked` that takes `polls` calls, `every` s apart: a step at work on something
+    that its cleanup deletes when the step is cancelled midway."""
+    client().incr(f"{PREFIX}:calls:{ctx.object_name()}")
+    polls = int(ctx.memo.get("polls", 0)) + 1
+    ctx.memo["polls"] = polls
+    if polls < ctx.params["polls"]:
+        return registry.Poll(after=float(ctx.params["every"]), message=f"poll {polls}")
+    return registry.Done({"polls": polls})
+
+
+@registry.step_type(
     "sign_off",
     params={"message": registry.Param(str)},
     waiting_message="waiting for sign-off",

@@ -10,7 +10,8 @@ run is the Machine and a digest of its desired specs; repeated calls join it.
 
 Covers: an update held while its workflow runs and released when it ends; a failed update
 answered Failure, the same words every time, until an operator releases or retries it; a
-desired spec that changes mid-update (a new run); two Machines of one MachineSet at once.
+desired spec that changes mid-update (a new run, and the earlier one cancelled); two
+Machines of one MachineSet at once.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import time
 from typing import Any
 
 import pytest
+import redis
 from django.test import Client, override_settings
 
 from tests.support import capi
 from tests.support import capi_inplace as capi_model
 from tests.support import capi_machines as cm
-from tests.support.worker import Worker
+from tests.support.worker import Worker, wait_for
+from tests.workflows import steps_for_tests
 from workflows.definitions import apply, spec
 from workflows.models import Run
 from workflows.operators import actions
@@ -142,19 +145,51 @@ def test_a_failed_update_is_answered_failure_until_an_operator_releases_it(
     assert (released["status"], released["retryAfterSeconds"]) == ("Success", 0)
 
 
-def test_a_desired_spec_that_changes_mid_update_is_a_new_run(
-    client: Client, worker: Worker
+def test_a_desired_spec_that_changes_mid_update_supersedes_the_earlier_run(
+    client: Client, worker: Worker, redis_client: redis.Redis
 ) -> None:
-    _template("update-kubelet", [{"name": "settle", "type": "wait", "with": {"seconds": 2}}])
+    """CAPI asks only about the Machine's desired spec of the moment: the run of the
+    earlier spec is cancelled once the new one's is scheduled (its step cleaned up as an
+    operator's cancel would), not left working on the Machine beside the new one."""
+    _template("update-kubelet", [{"name": "work", "type": "tracked_poll", "with": {"every": 1}}])
     post = _poster(client)
-    first = post(cm.update_machine(_desired(version="v1.33.0")))
-    assert first["retryAfterSeconds"] > 0
+    old = cm.update_machine(_desired(version="v1.33.0"))
+    assert post(old)["retryAfterSeconds"] > 0
+    first = Run.objects.get(hook="UpdateMachine")
+    calls = f"{steps_for_tests.PREFIX}:calls:hooksvc-{first.pk}-work"
+    wait_for(lambda: redis_client.get(calls) is not None, what="the first run's step at work")
+
     machine = capi_model.MachineController(post, _desired(version="v1.33.1"))
     _drive(machine)
-    runs = list(Run.objects.filter(hook="UpdateMachine").order_by("pk"))
-    assert len(runs) == 2, "a new desired spec is a new run"
-    assert [r.context["machine"]["version"] for r in runs] == ["v1.33.0", "v1.33.1"]
-    assert runs[0].moment != runs[1].moment and runs[1].state == "succeeded"
+    first.refresh_from_db()
+    second = Run.objects.exclude(pk=first.pk).get(hook="UpdateMachine")
+    assert [first.context["machine"]["version"], second.context["machine"]["version"]] == [
+        "v1.33.0",
+        "v1.33.1",
+    ]
+    assert (first.state, second.state) == ("cancelled", "succeeded")
+    assert first.finished_at is not None and second.finished_at is not None
+    assert first.finished_at < second.finished_at, "not left running beside the new run"
+    cancel = first.events.get(kind="action", name="cancel")
+    assert (cancel.actor, cancel.reason) == (
+        "hooksvc",
+        f"superseded by run {second.pk}: Machine fleet/md-0-abcde has a new desired spec",
+    )
+    cleaned = f"{steps_for_tests.PREFIX}:cleaned:hooksvc-{first.pk}-work"
+    wait_for(lambda: redis_client.get(cleaned) == b"1", what="the first run's cleanup")
+    assert redis_client.get(f"{steps_for_tests.PREFIX}:cleaned:hooksvc-{second.pk}-work") is None
+    # Asked about the earlier spec again, it says what became of it (an operator's retry
+    # would run it again).
+    assert post(old) == {
+        "apiVersion": capi.API_VERSION,
+        "kind": "UpdateMachineResponse",
+        "status": "Failure",
+        "message": (
+            f"workflow update-kubelet was cancelled: its Machine has a new desired spec, run"
+            f" {second.pk}"
+        ),
+        "retryAfterSeconds": 0,
+    }
 
 
 def test_two_machines_of_one_machine_set_update_in_parallel(client: Client, worker: Worker) -> None:

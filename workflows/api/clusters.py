@@ -90,6 +90,7 @@ WhyGroup = shapes._shape(
     {
         "hook": serializers.ChoiceField(choices=shapes.MOMENTS),
         "moment": _text(),
+        "machine": shapes.Machine(allow_null=True, help_text="UpdateMachine: the Machine"),
         "bypass": shapes._shape(
             "BypassInForce",
             {

@@ -96,7 +96,7 @@ class BypassOpen(Reason):
     reason = serializers.CharField(
         max_length=200, help_text="why (recorded, and in every answer it makes)"
     )
-    hook = serializers.ChoiceField(choices=list(catalog.HOOKS))
+    hook = serializers.ChoiceField(choices=list(catalog.BYPASSABLE))
     duration = serializers.CharField(
         max_length=20, help_text="how long: 30m, 2h, 1h30m, 1d (7d at most)"
     )

@@ -17,7 +17,7 @@ from workflows.models import Run, StepRun
 from workflows.operators import access, bulk, states
 
 #: The choice sets the document names as enums (SPECTACULAR_SETTINGS' ENUM_NAME_OVERRIDES).
-HOOKS = list(catalog.HOOKS)
+HOOKS = list(catalog.BYPASSABLE)
 MOMENTS = list(catalog.MOMENTS)
 RUN_STATES = list(Run.State.values)
 STEP_STATES = list(StepRun.State.values)
@@ -55,6 +55,14 @@ CurrentStep = _shape(
         "state": serializers.ChoiceField(choices=STEP_STATES),
     },
 )
+Machine = _shape(
+    "Machine",
+    {
+        "namespace": serializers.CharField(),
+        "name": serializers.CharField(),
+        "desiredSpec": serializers.CharField(help_text="the digest of its desired spec"),
+    },
+)
 RunSummary = _shape(
     "RunSummary",
     {
@@ -64,6 +72,7 @@ RunSummary = _shape(
         "hook": serializers.ChoiceField(choices=MOMENTS),
         "cluster": Cluster(),
         "moment": _text(),
+        "machine": Machine(allow_null=True, help_text="UpdateMachine: the Machine it updates"),
         "state": serializers.ChoiceField(choices=RUN_STATES),
         "displayState": serializers.ChoiceField(choices=DISPLAY_STATES),
         "released": serializers.BooleanField(),

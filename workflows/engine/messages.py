@@ -135,6 +135,15 @@ def run_cancelled(run_id: int, name: str) -> str:
     )
 
 
+def run_superseded(name: str, by_run: int) -> str:
+    """An UpdateMachine run whose Machine got a new desired spec (workflows.engine.supersede)."""
+    return f"workflow {name} was cancelled: its Machine has a new desired spec, run {by_run}"
+
+
+def run_superseded_reason(by_run: int, machine: str) -> str:
+    return f"superseded by run {by_run}: Machine {machine} has a new desired spec"
+
+
 #: How every answer a bypass gives starts (`bypassed`; hookpath.bypass.answered_by reads it).
 BYPASS_PREFIX = "hooksvc bypass "
 

@@ -35,6 +35,7 @@ from workflows.engine import (
     observe,
     sql,
     stepstate,
+    supersede,
     transitions,
 )
 from workflows.models import Run, StepRun
@@ -112,6 +113,9 @@ def _schedule(run_id: int, tried: Sequence[attempts.Tried]) -> list[attempts.Att
         if run.is_finished:
             return []
         now = clock.now()
+        if run.state == Run.State.PENDING and supersede.applies(run):
+            # Once this commits, not under this run's lock (see the module's docstring).
+            transaction.on_commit(lambda: supersede.supersede(run_id), robust=True)
         if run.state == Run.State.PENDING:
             blocker, until_changed = _start_blocker(run)
             if blocker:

@@ -104,6 +104,31 @@ def patch_between(current: Mapping[str, Any], target: Mapping[str, Any]) -> list
     return operations
 
 
+def spine(obj: Any, paths: Iterable[Path]) -> Any:
+    """`obj` with only the members on the way to the covered `paths` and under them. The
+    rest is equal in current and target, so the patch between the spines of both is the
+    patch between the whole objects, without comparing (or copying) what no policy covers:
+    most of a Machine, a MachineSet or a bootstrap config."""
+    paths = tuple(paths)
+    if not isinstance(obj, dict) or any(not p for p in paths):
+        return obj
+    heads = {p[0] for p in paths}
+    # The object's own order: jsonpatch orders its operations by it.
+    return {
+        key: spine(obj[key], [p[1:] for p in paths if p[0] == key]) for key in obj if key in heads
+    }
+
+
+def covered_patch(
+    current: Mapping[str, Any], desired: Mapping[str, Any], paths: Iterable[Path]
+) -> list[dict[str, Any]]:
+    """The operations that give `current` desired's covered `paths` (and change nothing
+    else): `patch_between(current, covered_target(current, desired, paths))`, on spines."""
+    paths = tuple(paths)
+    base = spine(current, paths)
+    return patch_between(base, covered_target(base, desired, paths))
+
+
 def encode(operations: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """CAPI's Patch: JSONPatch, its bytes base64-encoded as Go marshals a []byte."""
     text = jsonpatch.JsonPatch(list(operations)).to_string()
@@ -144,7 +169,7 @@ def patches(call: machines.CanUpdateCall, cover: Coverage) -> dict[str, object]:
     for name, (current, desired, paths) in zip(names, pairs, strict=True):
         if current is None or desired is None or not paths:
             continue
-        operations = patch_between(current.raw, covered_target(current.raw, desired.raw, paths))
+        operations = covered_patch(current.raw, desired.raw, paths)
         if operations:
             fields[name] = encode(operations)
     return fields

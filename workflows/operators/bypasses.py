@@ -59,8 +59,8 @@ def parse_duration(text: str) -> datetime.timedelta:
 
 
 def _check(hook: str, selector: str, namespace: str, actor: str, reason: str) -> None:
-    if hook not in catalog.HOOKS:
-        raise BypassError(f"unknown hook {hook!r}; one of: {', '.join(catalog.HOOKS)}")
+    if hook not in catalog.BYPASSABLE:
+        raise BypassError(f"unknown hook {hook!r}; one of: {', '.join(catalog.BYPASSABLE)}")
     try:
         labelselector.parse(selector)
     except labelselector.SelectorError as exc:

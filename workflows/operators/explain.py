@@ -1,8 +1,9 @@
 """What holds a cluster, and the ways out: `workflows why` prints it, the REST API answers it.
 
 For each run of the cluster that holds it (workflows.operators.holding), grouped by hook and
-moment: the run, how long it has held and since when, the step it is at and why (a step that
-is retrying: its last error and attempt count; a step that is stalled,
+moment (for UpdateMachine, a Machine and its desired spec): the run, how long it has held
+and since when, the step it is at and why (a step that is retrying: its last error and
+attempt count; a step that is stalled,
 workflows.engine.stalls: for how long, its normal bound, and what it waits for), the last
 time CAPI asked, and the exact commands that move it on (each runs as printed once `<why>`
 is replaced; workflows/engine/messages.py writes them); a run waiting to start behind a
@@ -109,6 +110,8 @@ def _group(
     return {
         "hook": hook,
         "moment": moment,
+        # UpdateMachine: the Machine whose in-place update the runs are.
+        "machine": selectors.machine(runs[0]),
         "bypass": _bypass(covering) if covering is not None else None,
         "lastCall": _last_call(runs[0], hook, moment),
         "runs": [_run(run, now, actor) for run in runs],

@@ -24,13 +24,16 @@ from django.db.models import (
 )
 from django.db.models.fields.json import KeyTextTransform
 
-from hooksvc.contract import wire
+from hooksvc.contract import machines, wire
 from workflows.definitions import typed
 from workflows.hookpath import bypass as hook_bypass
 from workflows.hookpath import selection
 from workflows.models import HookCall, Run, RunEvent, StepRun, WorkflowTemplate
 from workflows.operators import access, bypasses, holding, redaction, states
 from workflows.steps import registry
+
+#: The hook whose runs update a Machine in place (their moment names it).
+UPDATE_MACHINE = "UpdateMachine"
 
 
 def runs_list(
@@ -126,6 +129,24 @@ def blocked_by(run: Run, *, actor: access.Actor) -> Run | None:
     return None
 
 
+def machine(run: Run) -> dict[str, str] | None:
+    """The Machine an UpdateMachine run updates in place (None for other runs): its
+    namespace (the run's cluster's), name and the digest of its desired spec."""
+    found = machines.machine_of(run.moment) if run.hook == UPDATE_MACHINE else None
+    if found is None:
+        return None
+    return {"namespace": run.cluster_namespace, "name": found[0], "desiredSpec": found[1]}
+
+
+def moment_label(run: Run) -> str:
+    """A run's moment as people read it: v1.32.4 → v1.33.1, Machine md-0-abcde (desired
+    spec 3f2a...), "" for once-only hooks."""
+    found = machine(run)
+    if found is not None:
+        return f"Machine {found['name']} (desired spec {found['desiredSpec']})"
+    return str(run.moment).replace("->", " \N{RIGHTWARDS ARROW} ")
+
+
 def run_summary(run: Run) -> dict[str, Any]:
     """One run as `workflows list -o json` shows it (a run from `runs_list`)."""
     step_name = getattr(run, "step_name", None)
@@ -140,6 +161,7 @@ def run_summary(run: Run) -> dict[str, Any]:
             "key": run.cluster_key,
         },
         "moment": run.moment,
+        "machine": machine(run),
         "state": run.state,
         "displayState": states.of(run).value,
         "released": run.released,

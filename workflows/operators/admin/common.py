@@ -22,7 +22,7 @@ from django.utils.html import format_html
 from django.utils.text import capfirst
 
 from workflows import durations
-from workflows.operators import access, identities, reasons, redaction
+from workflows.operators import access, identities, reasons, redaction, selectors
 
 STATE_COLOURS = {
     "pending": "#6c757d",
@@ -144,8 +144,9 @@ def refusal(action: str) -> str:
 
 
 def moment(run: Any) -> str:
-    """A run's moment as people read it: v1.32.4 → v1.33.1 ("" for once-only hooks)."""
-    return str(run.moment).replace("->", " \N{RIGHTWARDS ARROW} ")
+    """A run's moment as people read it: v1.32.4 → v1.33.1, the Machine an UpdateMachine
+    run updates ("" for once-only hooks)."""
+    return selectors.moment_label(run)
 
 
 def when(moment: datetime.datetime | None) -> str:

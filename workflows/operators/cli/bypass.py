@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--list", action="store_true", help="the bypasses in force")
     mode.add_argument("--end", type=int, metavar="ID", help="end bypass ID before it expires")
-    parser.add_argument("--hook", metavar="HOOK", help=f"one of: {', '.join(catalog.HOOKS)}")
+    parser.add_argument("--hook", metavar="HOOK", help=f"one of: {', '.join(catalog.BYPASSABLE)}")
     parser.add_argument(
         "--selector", metavar="LABELSELECTOR", help="only clusters whose labels match (env=prod)"
     )

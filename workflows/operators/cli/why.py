@@ -65,12 +65,7 @@ def lines(found: dict[str, Any]) -> list[str]:
         return out + _apart(found["apart"])
     out = [f"cluster {cluster}: held by {_count(held)}"]
     for group in found["groups"]:
-        at = f" {group['moment']}" if group["moment"] else ""
-        out += [
-            "",
-            f"{group['hook']}{at}: {_count(len(group['runs']))}; "
-            "CAPI waits until every run below succeeds or is released",
-        ]
+        out += ["", _heading(group)]
         out += [f"  {line}" for line in _bypass(group["bypass"])]
         call = group["lastCall"]
         if call:
@@ -88,6 +83,19 @@ def lines(found: dict[str, Any]) -> list[str]:
                 f"      {group['okToDelete']}",
             ]
     return out + _apart(found["apart"])
+
+
+def _heading(group: dict[str, Any]) -> str:
+    runs = _count(len(group["runs"]))
+    machine = group["machine"]
+    if machine is not None:
+        return (
+            f"{group['hook']} of Machine {machine['namespace']}/{machine['name']} (desired spec"
+            f" {machine['desiredSpec']}): {runs}; CAPI holds the Machine's in-place update until"
+            " every run below succeeds or is released"
+        )
+    at = f" {group['moment']}" if group["moment"] else ""
+    return f"{group['hook']}{at}: {runs}; CAPI waits until every run below succeeds or is released"
 
 
 def _count(runs: int) -> str:
