@@ -116,6 +116,7 @@ def _schedule(run_id: int, tried: Sequence[attempts.Tried]) -> list[attempts.Att
         if run.state == Run.State.PENDING and supersede.applies(run):
             # Once this commits, not under this run's lock (see the module's docstring).
             transaction.on_commit(lambda: supersede.supersede(run_id), robust=True)
+        made: Judged | None = None
         if run.state == Run.State.PENDING:
             blocker, until_changed = _start_blocker(run)
             if blocker:
@@ -132,8 +133,6 @@ def _schedule(run_id: int, tried: Sequence[attempts.Tried]) -> list[attempts.Att
                     Run.objects.filter(pk=run.pk).update(message=blocker, wake_at=wake)
                 return []
             made = _run_start(run, now)
-        else:
-            made = None
         steps, claimable, promotable = made or _steps(run_id, now)
         passed = run.deadline_at and now >= run.deadline_at and not run.deadline_exceeded
         if passed:
