@@ -85,8 +85,9 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[No
         )
 
 
-# The Kubernetes API emulator's fixtures (kube_server, kube, kubeconfig_path).
-pytest_plugins = ["tests.support.kube"]
+# The Kubernetes API emulator's fixtures (kube_server, kube, kubeconfig_path), and how
+# pytest-xdist hands out the files (longest first, tests/support/schedule.py).
+pytest_plugins = ["tests.support.kube", "tests.support.schedule"]
 
 
 @pytest.fixture(scope="session")

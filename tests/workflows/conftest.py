@@ -54,8 +54,18 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
-    """The messages the engine sends, recorded instead of reaching the broker."""
+def sent(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
+    """The messages the engine sends, recorded instead of reaching the broker.
+
+    The test is then the engine: in a transactional test, whose rows are committed, a worker
+    left running by an earlier test would advance them too (its reconciler sends a new run at
+    once, every second: tests/support/worker.py), so none runs (`no_worker`). Under load the
+    worker came first now and then (test_schedule_race, test_step_bounds's inline step)."""
+    marker = request.node.get_closest_marker("django_db")
+    if (marker is not None and marker.kwargs.get("transaction")) or (
+        "transactional_db" in request.fixturenames
+    ):
+        request.getfixturevalue("no_worker")
     messages: list[tuple[str, Any]] = []
 
     def record(name: str, args: tuple[Any, ...], countdown: float | None) -> None:
