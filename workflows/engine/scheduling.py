@@ -113,8 +113,9 @@ def _schedule(run_id: int, tried: Sequence[attempts.Tried]) -> list[attempts.Att
         if run.is_finished:
             return []
         now = clock.now()
-        if run.state == Run.State.PENDING and supersede.applies(run):
-            # Once this commits, not under this run's lock (see the module's docstring).
+        if supersede.applies(run):
+            # Once this commits, not under this run's lock (see the module's docstring); at
+            # every schedule, so that one cut short by a dead worker is done at the next.
             transaction.on_commit(lambda: supersede.supersede(run_id), robust=True)
         made: Judged | None = None
         if run.state == Run.State.PENDING:
