@@ -26,6 +26,8 @@ from bench import db, env
 
 #: Labels for the engine's own statements (workflows.engine.sql), by a fragment of each.
 LABELS = (
+    ("running->succeeded", "SUCCEED_AND_FINISH_RUN"),
+    ("pending->running", "START_RUN"),
     ("recorded AS", "SUCCEED_AND_CLAIM_NEXT"),
     ("r.message = ", "RECORD_FIRST_POLL"),
     ("FOR UPDATE OF r", "LOCK_RUN"),
@@ -40,6 +42,8 @@ class Counter:
 
     def __init__(self) -> None:
         self.statements: collections.Counter[str] = collections.Counter()
+        #: Wall seconds by label (PostgreSQL's work and the round trip).
+        self.seconds: collections.Counter[str] = collections.Counter()
         self.autocommit = 0
         self.commits = 0
         self._dirty = False
@@ -58,7 +62,11 @@ class Counter:
             self._dirty = True
         else:
             self.autocommit += 1
-        return execute(sql, params, many, context)
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.seconds[label] += time.perf_counter() - started
 
     def committed(self) -> None:
         if self._dirty:
@@ -151,7 +159,8 @@ def _report(
         flush=True,
     )
     for name, count in counter.statements.most_common():
-        print(f"    {count / runs:5.2f}  {name}")
+        ms = 1000 * counter.seconds[name] / count
+        print(f"    {count / runs:5.2f}  {ms:5.2f} ms each  {name}")
 
 
 def _cpu(process: psutil.Process) -> float:

@@ -26,7 +26,10 @@ ENVIRONMENT: dict[str, str] = {
     "HOOKSVC_ADMIN_PORT": "a second HTTPS port for the admin and /metrics; unset: one port for all",
     "HOOKSVC_TLS_DIR": "directory holding tls.crt, tls.key and ca.crt (cert-manager's layout)",
     "HOOKSVC_DEV_CERT_HOSTS": "`make run`: extra names for the development serving certificate",
-    "HOOKSVC_TLS_CLIENT_AUTH": "1 to require client certificates signed by ca.crt (mutual TLS)",
+    "HOOKSVC_TLS_CLIENT_AUTH": "1: the hook port requires a client certificate (mutual TLS);"
+    " the admin port (HOOKSVC_ADMIN_PORT) never asks for one",
+    "HOOKSVC_TLS_CLIENT_CA_FILE": "with HOOKSVC_TLS_CLIENT_AUTH=1, the CA bundle that must"
+    " have signed the client's certificate; default ca.crt in HOOKSVC_TLS_DIR",
     "HOOKSVC_PATH_PREFIX": "path prefix of the hook endpoints (ExtensionConfig service.path)",
     "HOOKSVC_HANDLERS": "JSON overrides per hook: name, timeoutSeconds, failurePolicy",
     "HOOKSVC_OPTIONAL_HOOKS": "comma-separated optional hook families to serve:"

@@ -8,21 +8,16 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 from typing import Any
 
-from hooksvc.serving import drain
+from hooksvc.serving import drain, tls
 
-_tls_dir = Path(
-    os.environ.get("HOOKSVC_TLS_DIR")
-    # The checkout's var/, as hooksvc.settings' DATA_DIR (this file is hooksvc/serving/...).
-    or Path(os.environ.get("HOOKSVC_DATA_DIR", Path(__file__).resolve().parents[2] / "var")) / "tls"
-)
-_client_auth = os.environ.get("HOOKSVC_TLS_CLIENT_AUTH", "") == "1"
+_tls_dir = tls.tls_dir()
 
 bind = [os.environ.get("HOOKSVC_BIND", "0.0.0.0:9443")]
 if os.environ.get("HOOKSVC_ADMIN_PORT"):
-    # The admin listener: same TLS, its own port (see hooksvc/serving/middleware.py).
+    # The admin listener: its own port (hooksvc/serving/middleware.py), never asking for a
+    # client certificate (hooksvc/serving/tls.py).
     bind.append(f"{bind[0].rsplit(':', 1)[0]}:{os.environ['HOOKSVC_ADMIN_PORT']}")
 # gthread with a deadline per request (serving/gunicorn_worker.py): slow clients are cut off.
 worker_class = "hooksvc.serving.gunicorn_worker.BoundedThreadWorker"
@@ -35,7 +30,8 @@ timeout = 30
 #: How long the master waits after SIGTERM before it kills its workers: their drain
 #: (serving/gunicorn_worker.py, HOOKSVC_WEB_DRAIN_SECONDS), then 20 s for the calls in flight.
 graceful_timeout = math.ceil(drain.SECONDS) + 20
-# certfile and keyfile switch gunicorn to TLS; the context itself comes from ssl_context.
+# certfile and keyfile switch gunicorn to TLS; the worker takes each listener's context
+# from tls.listeners() (serving/gunicorn_worker.py).
 certfile = str(_tls_dir / "tls.crt")
 keyfile = str(_tls_dir / "tls.key")
 accesslog = None
@@ -48,14 +44,14 @@ control_socket_disable = True
 # and workers fork with the app already imported.
 preload_app = True
 
-_contexts: Any = None
-
 
 def on_starting(server: Any) -> None:
-    """Before the workers fork: drop metric files of processes from an earlier start."""
+    """Before the workers fork: drop metric files of processes from an earlier start, and
+    read the certificates (a missing client CA stops the server here, not at a call)."""
     from hooksvc import multiproc
 
     multiproc.wipe_stale(multiproc.configure())
+    tls.listeners()
 
 
 def post_worker_init(worker: Any) -> None:
@@ -81,10 +77,6 @@ def child_exit(server: Any, worker: Any) -> None:
 
 
 def ssl_context(conf: Any, default_ssl_context_factory: Any) -> Any:
-    """Called by gunicorn for every new connection: hand out the cached, reloading context."""
-    global _contexts
-    if _contexts is None:
-        from hooksvc.serving import tls
-
-        _contexts = tls.ContextCache(_tls_dir, client_auth=_client_auth)
-    return _contexts.get()
+    """gunicorn's own hook, for whatever wraps a socket without knowing its listener: the
+    hook port's context, the stricter one."""
+    return tls.listeners().for_port(None)

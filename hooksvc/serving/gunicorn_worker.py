@@ -52,10 +52,9 @@ from functools import partial
 from typing import Any
 
 from gunicorn import http
-from gunicorn import sock as gsock
 from gunicorn.workers.gthread import ThreadWorker
 
-from hooksvc.serving import drain
+from hooksvc.serving import drain, tls
 
 REQUEST_DEADLINE_SECONDS = float(os.environ.get("HOOKSVC_REQUEST_DEADLINE_SECONDS", "30"))
 REQUEST_HEAD_SECONDS = float(os.environ.get("HOOKSVC_REQUEST_HEAD_SECONDS", "5"))
@@ -151,10 +150,14 @@ class BoundedThreadWorker(ThreadWorker):  # type: ignore[misc]
                 raise
             return
         self.nr_conns += 1
-        conn = self._conn(client, address, listener.getsockname())
+        server = listener.getsockname()
+        conn = self._conn(client, address, server)
         if self.cfg.is_ssl:
             try:
-                conn.sock = gsock.ssl_context(self.cfg).wrap_socket(
+                # The listener's own context: the hook port may ask for a client
+                # certificate where the admin port must not (serving/tls.py).
+                context = tls.listeners().for_port(server[1])
+                conn.sock = context.wrap_socket(
                     conn.sock,
                     server_side=True,
                     suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,

@@ -167,17 +167,27 @@ def _key_ref(objects: list[Obj], kind: str, ref: Obj) -> str | None:
 
 def _volumes(spec: Obj, objects: list[Obj], root: Path) -> dict[str, Path]:
     """Each ConfigMap volume written under root/<volume> (kubernetes pkg/volume/configmap/
-    configmap.go, SetUpAt: an optional ConfigMap that is missing is an empty volume)."""
+    configmap.go, SetUpAt: an optional ConfigMap that is missing is an empty volume;
+    MakePayload: with `items`, only those keys, at their paths, and a missing key is an
+    error unless the volume is optional)."""
     where: dict[str, Path] = {}
     for volume in spec.get("volumes", []):
         if "configMap" not in volume:
             continue
-        data = _source(objects, "ConfigMap", volume["configMap"]["name"])
-        if data is None and not volume["configMap"].get("optional"):
-            raise PodWouldNotStartError(f"ConfigMap {volume['configMap']['name']} is missing")
+        source = volume["configMap"]
+        data = _source(objects, "ConfigMap", source["name"])
+        if data is None and not source.get("optional"):
+            raise PodWouldNotStartError(f"ConfigMap {source['name']} is missing")
+        files = {key: key for key in data or {}}
+        if "items" in source and data is not None:
+            files = {item["key"]: item["path"] for item in source["items"]}
+            missing = set(files) - set(data)
+            if missing and not source.get("optional"):
+                raise PodWouldNotStartError(f"ConfigMap {source['name']} has no key {missing}")
         (root / volume["name"]).mkdir(parents=True)
-        for key, text in (data or {}).items():
-            (root / volume["name"] / key).write_text(text)
+        for key, path in files.items():
+            if data is not None and key in data:
+                (root / volume["name"] / path).write_text(data[key])
         where[volume["name"]] = root / volume["name"]
     return where
 

@@ -10,15 +10,19 @@ test_workloads over the chart as prod (`rendered`).
 
 from __future__ import annotations
 
+import os
 import re
+import ssl
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
 from django.conf import settings
 
 import hooksvc
+from hooksvc.serving import devcerts, tls
 from tests.deploy import chart, manifests, processes
 
 #: The chart's labels that every object carries as k8s/ does.
@@ -291,7 +295,7 @@ def test_identity_values_give_web_the_sign_in_settings_and_the_role_rules(
         assert _web(other)["spec"]["template"] != web["spec"]["template"], sets
     ca = {"kind": "ConfigMap", "metadata": {"name": "corp-ca"}, "data": {"ca.crt": "PEM"}}
     started = processes.sign_in_settings(
-        manifests.pod_environment(web, "web", [*objects, ENV_SECRET, ca], tmp_path)
+        manifests.pod_environment(web, "web", [*objects, ENV_SECRET, CLIENT_CA, ca], tmp_path)
     )
     assert started["local_login"] is False
     assert started["rules"] == [
@@ -317,16 +321,24 @@ ENV_SECRET: manifests.Obj = {
 }
 
 
+#: The ConfigMap with the CA of CAPI's client certificate, which the operator creates
+#: (docs/deploy.md, "Mutual TLS"); web does not start without it (mtls.enabled).
+CLIENT_CA: manifests.Obj = {
+    "kind": "ConfigMap",
+    "metadata": {"name": "hooksvc-client-ca"},
+    "data": {"ca.crt": "PEM"},
+}
+
+
 def test_the_defaults_are_local_accounts_only_and_k8s_base_role_rules(tmp_path: Path) -> None:
     """As k8s/base: the settings and k8s/base/roles.yaml in hashed ConfigMaps; the process
     the web pod would start signs in with local accounts only and grants no role."""
     objects = chart.render()
     web = _web(objects)
-    rules = manifests.find(
-        objects, "ConfigMap", manifests.pod_spec(web)["volumes"][1]["configMap"]["name"]
-    )
+    volumes = {v["name"]: v for v in manifests.pod_spec(web)["volumes"]}
+    rules = manifests.find(objects, "ConfigMap", volumes["roles"]["configMap"]["name"])
     assert rules["data"] == {"roles.yaml": (manifests.K8S / "base" / "roles.yaml").read_text()}
-    env = manifests.pod_environment(web, "web", [*objects, ENV_SECRET], tmp_path)
+    env = manifests.pod_environment(web, "web", [*objects, ENV_SECRET, CLIENT_CA], tmp_path)
     assert IDENTITY_ENV - set(env) == {"HOOKSVC_OIDC_CLIENT_SECRET", "HOOKSVC_OIDC_CA_FILE"}
     assert processes.sign_in_settings(env) == {
         "issuer": "",
@@ -345,6 +357,7 @@ def _existing(objects: list[manifests.Obj]) -> list[manifests.Obj]:
     return [
         *objects,
         ENV_SECRET,
+        CLIENT_CA,
         {
             "kind": "ConfigMap",
             "metadata": {"name": "hooksvc-identity"},
@@ -382,7 +395,8 @@ def test_with_existing_objects_web_reads_every_setting_from_them_or_does_without
     )
     assert not [o for o in objects if o["kind"] == "ConfigMap"]
     web = _web(objects)
-    alone = manifests.pod_environment(web, "web", [*objects, ENV_SECRET], tmp_path / "none")
+    given = [*objects, ENV_SECRET, CLIENT_CA]
+    alone = manifests.pod_environment(web, "web", given, tmp_path / "none")
     assert not alone.keys() & IDENTITY_ENV
     env = manifests.pod_environment(web, "web", _existing(objects), tmp_path / "all")
     assert processes.sign_in_settings(env) == {
@@ -510,3 +524,69 @@ def test_every_reference_between_objects_resolves(name: str) -> None:
         assert not certs or {c["spec"]["secretName"] for c in certs} == {web_secret}
     for obj in objects:
         assert OWN_LABELS.items() <= obj["metadata"]["labels"].items(), manifests.id_of(obj)
+
+
+# --- mutual TLS ------------------------------------------------------------------------------
+
+
+def _probe_ports(container: manifests.Obj) -> dict[str, int]:
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    return {
+        probe: ports[container[probe]["httpGet"]["port"]]
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe")
+    }
+
+
+def test_by_default_the_hook_port_requires_client_certificates_and_the_probes_use_the_admin_port(
+    tmp_path: Path,
+) -> None:
+    """mtls.enabled is the default (issue 33): web asks for a client certificate on the hook
+    port, checked against the CA in the operator's ConfigMap; the probes, which the kubelet
+    sends without a certificate, go to the admin port, which never asks. The process the pod
+    would start builds those two contexts from the files the pod would have; without the
+    ConfigMap the pod does not start (a rollout keeps the old pods)."""
+    values: dict[str, Any] = yaml.safe_load((chart.CHART / "values.yaml").read_text())
+    assert values["mtls"]["enabled"] is True
+    objects = chart.render()
+    web = _web(objects)
+    container = _container(web)
+    env = _env(container)
+    admin = int(env["HOOKSVC_ADMIN_PORT"])
+    assert env["HOOKSVC_TLS_CLIENT_AUTH"] == "1"
+    assert set(_probe_ports(container).values()) == {admin}
+    with pytest.raises(manifests.PodWouldNotStartError, match="hooksvc-client-ca"):
+        manifests.pod_environment(web, "web", [*objects, ENV_SECRET], tmp_path / "none")
+    ca_cert, ca_key = devcerts.make_ca("CAPI client CA")
+    given = {**CLIENT_CA, "data": {"ca.crt": devcerts.cert_pem(ca_cert).decode()}}
+    started = manifests.pod_environment(web, "web", [*objects, ENV_SECRET, given], tmp_path)
+    serving = tmp_path / "serving"
+    devcerts.write_serving_files(serving, ca_cert, *devcerts.issue(ca_cert, ca_key, "hooksvc"))
+    with mock.patch.dict(os.environ, {**started, "HOOKSVC_TLS_DIR": str(serving)}):
+        client_ca = tls.client_ca()
+        listeners = tls.Listeners(tls.tls_dir(), client_ca=client_ca, admin_port=admin)
+    assert client_ca is not None
+    assert client_ca.read_text() == given["data"]["ca.crt"]
+    assert listeners.for_port(9443).verify_mode == ssl.CERT_REQUIRED
+    assert listeners.for_port(admin).verify_mode == ssl.CERT_NONE
+
+
+def test_the_client_ca_can_come_from_another_configmap_and_key(tmp_path: Path) -> None:
+    objects = chart.render(
+        sets={"mtls.clientCA.configMap": "corp-capi-ca", "mtls.clientCA.key": "bundle.pem"}
+    )
+    web = _web(objects)
+    ca = {"kind": "ConfigMap", "metadata": {"name": "corp-capi-ca"}, "data": {"bundle.pem": "X"}}
+    env = manifests.pod_environment(web, "web", [*objects, ENV_SECRET, ca], tmp_path)
+    assert Path(env["HOOKSVC_TLS_CLIENT_CA_FILE"]).read_text() == "X"
+
+
+def test_mtls_off_takes_hook_calls_without_a_certificate_and_needs_no_client_ca(
+    tmp_path: Path,
+) -> None:
+    objects = chart.render(sets={"mtls.enabled": "false"})
+    web = _web(objects)
+    container = _container(web)
+    env = manifests.pod_environment(web, "web", [*objects, ENV_SECRET], tmp_path)
+    assert "HOOKSVC_TLS_CLIENT_AUTH" not in env
+    assert "client-ca" not in {v["name"] for v in manifests.pod_spec(web)["volumes"]}
+    assert set(_probe_ports(container).values()) == {int(env["HOOKSVC_ADMIN_PORT"])}

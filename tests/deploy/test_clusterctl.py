@@ -265,6 +265,12 @@ ENV_SECRET: manifests.Obj = {
         "HOOKSVC_SECRET_KEY": "not-used-here",
     },
 }
+#: The CA of CAPI's client certificate (docs/deploy.md, "Mutual TLS"): web needs it.
+CLIENT_CA: manifests.Obj = {
+    "kind": "ConfigMap",
+    "metadata": {"name": "hooksvc-client-ca"},
+    "data": {"ca.crt": "PEM"},
+}
 SIGN_IN_OBJECTS: list[manifests.Obj] = [
     {
         "kind": "ConfigMap",
@@ -303,10 +309,12 @@ def test_sign_in_settings_come_from_optional_objects_the_operator_keeps(tmp_path
     assert not [o for o in installed if o["kind"] == "ConfigMap"]
     web = manifests.find(installed, "Deployment", "hooksvc-web")
     alone = processes.sign_in_settings(
-        manifests.pod_environment(web, "manager", [*installed, ENV_SECRET], tmp_path / "none")
+        manifests.pod_environment(
+            web, "manager", [*installed, ENV_SECRET, CLIENT_CA], tmp_path / "none"
+        )
     )
     assert (alone["issuer"], alone["local_login"], alone["rules"]) == ("", True, [])
-    given = [*installed, ENV_SECRET, *SIGN_IN_OBJECTS]
+    given = [*installed, ENV_SECRET, CLIENT_CA, *SIGN_IN_OBJECTS]
     env = manifests.pod_environment(web, "manager", given, tmp_path / "all")
     assert processes.sign_in_settings(env) == {
         "issuer": "https://dex.example.com",

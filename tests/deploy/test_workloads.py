@@ -52,15 +52,17 @@ def test_the_service_sends_443_to_the_web_pods_https_port(
         assert _ports(_container(web, "web"))["https"] == 9443, name
 
 
-def test_web_probes_healthz_and_readyz_over_https(
+def test_web_probes_healthz_and_readyz_over_https_on_the_admin_port(
     rendered: dict[str, list[manifests.Obj]],
 ) -> None:
+    """The admin port: the hook port requires a client certificate (mutual TLS), which the
+    kubelet's probes do not present."""
     for name, objects in rendered.items():
         web = _container(manifests.find(objects, "Deployment", "hooksvc-web"), "web")
         port = _ports(web)
         for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
             get = web[probe]["httpGet"]
-            assert (get["path"], get["scheme"], port[get["port"]]) == (path, "HTTPS", 9443), name
+            assert (get["path"], get["scheme"], port[get["port"]]) == (path, "HTTPS", 8443), name
 
 
 def test_web_runs_two_replicas_spread_over_nodes_and_zones_with_a_budget(

@@ -2,7 +2,7 @@
 
 Covers: discovery, all nine hooks for v1beta1 and v1beta2 Clusters with exact bodies,
 CAPI's `?timeout=` query, every bad input answered as HTTP 200 `Failure`, 404 and 405,
-TLS 1.2 minimum, no plain HTTP, and mutual TLS.
+TLS 1.2 minimum, no plain HTTP, and mutual TLS (on the hook port only, beside an admin port).
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import json
 import socket
 import ssl
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hooksvc.contract import catalog
+from hooksvc.serving import devcerts
 from tests.support import capi, servers
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -377,3 +379,103 @@ def test_mutual_tls_serves_a_trusted_client(
         context=context,
     )
     assert (status, body["status"], len(body["handlers"])) == (200, "Success", 9)
+
+
+def _call(port: int, context: ssl.SSLContext, method: str, path: str) -> int:
+    """The HTTP status of one call, on a connection of its own."""
+    body = json.dumps({"apiVersion": capi.API_VERSION, "kind": "DiscoveryRequest"}).encode()
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as sock,
+    ):
+        sock.sendall(
+            f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        return int(sock.recv(64).split()[1])
+
+
+def _refusal(port: int, context: ssl.SSLContext) -> str:
+    """The TLS alert the server ends the handshake with, before any HTTP.
+
+    In TLS 1.3 the server checks the client's certificate after the client finished its
+    side, so the alert is read, not raised by the handshake; the client sends nothing
+    first, since a request the server leaves unread makes its close a reset that can
+    overtake the alert. A server that accepted the certificate closes the connection
+    without a request after HOOKSVC_REQUEST_HEAD_SECONDS: then there is no alert.
+    """
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=30) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as sock,
+    ):
+        try:
+            sock.recv(64)
+        except ssl.SSLError as refused:
+            return str(refused.reason)
+    return "no alert: the handshake was accepted"
+
+
+def test_with_mutual_tls_the_hook_port_wants_a_client_certificate_and_the_admin_port_none(
+    tls_files: servers.TLSFiles, tmp_path: Path
+) -> None:
+    """As the chart and k8s/base run it: HOOKSVC_TLS_CLIENT_AUTH=1 with an admin port and a
+    client CA of its own (HOOKSVC_TLS_CLIENT_CA_FILE, the CA that signs CAPI's controller's
+    certificate). A hook call without a certificate, or with one the serving CA signed, is
+    refused by the TLS handshake, before any HTTP; one with a certificate of the client CA is
+    answered. The kubelet's probes and people signing in present no certificate: the admin
+    port serves them, and it does not serve the hooks.
+
+    CAPI's runtime client presents the certificate of its manager's flags
+    --runtime-extension-client-cert-file and --runtime-extension-client-key-file
+    (kubernetes-sigs/cluster-api be7a74148c, PR #12517: main.go, internal/runtime/client/
+    client.go `httpCall`, TLS config from client-go's transport.TLSConfigFor with CertFile
+    and KeyFile; core/main.go and controlplane/kubeadm/main.go at ae7ff047)."""
+    client_ca, client_ca_key = devcerts.make_ca("CAPI client CA")
+    capi_cert, capi_key = devcerts.issue(client_ca, client_ca_key, "capi-manager", client=True)
+    files = {
+        "client-ca.crt": devcerts.cert_pem(client_ca),
+        "capi.crt": devcerts.cert_pem(capi_cert),
+        "capi.key": devcerts.key_pem(capi_key),
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    admin_port = servers.free_port()
+    env = {
+        "HOOKSVC_TLS_CLIENT_AUTH": "1",
+        "HOOKSVC_TLS_CLIENT_CA_FILE": str(tmp_path / "client-ca.crt"),
+        "HOOKSVC_ADMIN_PORT": str(admin_port),
+    }
+    with servers.hook_server(tls_files.server_dir, tmp_path / "log", extra_env=env) as server:
+        bare = server.client_context()
+        capi_client = server.client_context(tmp_path / "capi.crt", tmp_path / "capi.key")
+        # Signed by the serving CA, which does not sign hook clients here.
+        serving_ca_client = server.client_context(tls_files.client_cert, tls_files.client_key)
+        hook = capi.DISCOVERY_PATH
+        assert _call(server.port, capi_client, "POST", hook) == 200
+        assert _refusal(server.port, bare) == "TLSV13_ALERT_CERTIFICATE_REQUIRED"
+        assert _refusal(server.port, serving_ca_client) == "TLSV1_ALERT_UNKNOWN_CA"
+        for path in ("/healthz", "/readyz", "/admin/login/"):
+            assert _call(admin_port, bare, "GET", path) == 200, path
+        assert _call(admin_port, bare, "POST", hook) == 404
+
+
+def test_with_mutual_tls_a_missing_client_ca_stops_the_server_before_it_listens(
+    tls_files: servers.TLSFiles, tmp_path: Path
+) -> None:
+    """Not at the first call: a pod whose CA bundle is missing fails to start, visibly."""
+    env = {
+        "HOOKSVC_TLS_CLIENT_AUTH": "1",
+        "HOOKSVC_TLS_CLIENT_CA_FILE": str(tmp_path / "absent.crt"),
+        "HOOKSVC_ADMIN_PORT": str(servers.free_port()),
+    }
+    port = servers.free_port()
+    process = servers.start_gunicorn(
+        servers.server_env(tls_files.server_dir, port, env), tmp_path / "log"
+    )
+    try:
+        assert process.wait(timeout=60) != 0
+    finally:
+        servers.stop_process(process)
+    log = (tmp_path / "log").read_text()
+    assert "absent.crt" in log

@@ -8,9 +8,9 @@ are functions of one migration); the step types' flags are read only by lifecycl
 hook's answer is made only in the files the same page lists ("What decides a hook's
 answer"), each of which takes part in it; lifecycle reaches no database code; every claim
 statement writes exactly lifecycle.CLAIM_COLUMNS (and started_at), a repeated poll exactly
-lifecycle.REPEAT_COLUMNS, the chain's and the first poll's statements exactly the columns of
-lifecycle's Write for their outcome: each fast path is a rendering of the one Write; and the
-states the models check are the states the rules use.
+lifecycle.REPEAT_COLUMNS, the chain's, the run's end's and the first poll's statements
+exactly the columns of lifecycle's Write for their outcome: each fast path is a rendering of
+the one Write; and the states the models check are the states the rules use.
 """
 
 from __future__ import annotations
@@ -239,6 +239,8 @@ def test_each_fast_path_writes_the_columns_of_the_one_write() -> None:
     done = lifecycle.after(_result(registry.Done({"x": 1}), states.Step.READY))
     [recorded, _] = _set_columns(sql.QUERIES["succeed_and_claim_next"])
     assert recorded == {"state", *done.columns}
+    [ends, _run] = _set_columns(sql.QUERIES["succeed_and_finish_run"])
+    assert ends == {"state", *done.columns}
     poll = registry.Poll(after=3, output={"y": 2})
     first = lifecycle.after(_result(poll, states.Step.READY))
     [alone] = _set_columns(sql.QUERIES["record_first_poll"])

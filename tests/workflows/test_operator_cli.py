@@ -48,6 +48,7 @@ def test_list_shows_runs_newest_first_as_json() -> None:
         "hook": "BeforeClusterUpgrade",
         "cluster": {"namespace": "prod", "name": "c2", "key": "uid-prod-c2"},
         "moment": "v1.33.0",
+        "machine": None,
         "state": "failed",
         "displayState": "failed",
         "released": False,

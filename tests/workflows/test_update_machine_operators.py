@@ -165,6 +165,9 @@ def test_a_bypass_of_update_machine_lets_the_machines_it_selects_go_on_without_a
     assert opened.status_code == 201, opened.content
     assert opened.json()["hook"] == "UpdateMachine"
     assert update(client, "md-0-aaaaa", pool="cpu")["retryAfterSeconds"] == 0
+    # `workflows why` names it beside the Machine's run, which it leaves as it is.
+    [group] = json.loads(cli("why", CLUSTER, "-o", "json"))["groups"]
+    assert (group["machine"]["name"], group["bypass"]["reason"]) == ("md-0-aaaaa", "CAB-10")
 
 
 def test_a_release_from_the_cli_or_the_api_lets_that_machines_update_go_on(

@@ -80,10 +80,11 @@ def test_a_noop_chain_takes_one_statement_per_step(
         scheduling.advance(long.pk)
     one, eleven = wf.without_heartbeat(one_step), wf.without_heartbeat(eleven_steps)
     assert len(eleven) <= len(one) + 10 * QUERIES_PER_CHAINED_NOOP_STEP, eleven
-    # The run is scheduled (under its lock) when it starts and when its last step is done;
-    # in between, each step's success and the next step's claim are one statement, and no
-    # step's code runs inside a transaction (attempts.run checks).
-    assert commits == [long.pk] * 2
+    # The run is scheduled (under its lock) when it starts; then each step's success and the
+    # next step's claim are one statement, and the last step's success and the run's end
+    # another (queries.sql `succeed_and_finish_run`); no step's code runs inside a
+    # transaction (attempts.run checks).
+    assert commits == [long.pk]
     assert set(StepRun.objects.filter(run=long).values_list("state", flat=True)) == {"succeeded"}
     assert Run.objects.get(pk=long.pk).state == "succeeded"
 
@@ -155,7 +156,7 @@ def test_a_one_wait_run_is_scheduled_when_it_starts_and_when_it_ends(
 ) -> None:
     """The fleet's run (one `wait`): its start names the step and sets no wake-up, so the
     first poll is written on the step's row alone; the success of its last step is written
-    where the run ends, not by the chain's statement first."""
+    with the run's end, one statement, not by the chain's statement first."""
     run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3}}])
     schedules = _count_schedules(monkeypatch)
     chained = _count_chain_records(monkeypatch)
@@ -176,24 +177,40 @@ def test_a_one_wait_run_is_scheduled_when_it_starts_and_when_it_ends(
     now[0] = step.due_at
     with on_commit(execute=True):
         scheduling.run_step(step.pk)
-    assert schedules == [run.pk, run.pk]
+    assert schedules == [run.pk]
     assert chained == []
     assert StepRun.objects.get(pk=step.pk).state == "succeeded"
     assert Run.objects.get(pk=run.pk).state == "succeeded"
+    events = RunEvent.objects.filter(run=run).order_by("id")
+    assert [(e.step_name, e.name, e.message) for e in events] == [
+        ("", "pending->running", "workflow timer is running step w"),
+        ("", "running->succeeded", ""),
+    ]
 
 
-def test_a_pending_runs_steps_are_not_read_before_it_makes_them(
+def test_a_run_starts_in_one_statement_that_makes_its_steps(
     sent: list[tuple[str, Any]],
 ) -> None:
+    """A pending run's start (queries.sql `start_run`): its move, its event and its steps in
+    one statement, which returns the steps as run_steps would read them; then the claim."""
     run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3600}}])
     with CaptureQueriesContext(connection) as queries:
         [claimed] = scheduling._schedule(run.pk, [])
-    statements = [q["sql"] for q in queries]
-    reads = [i for i, q in enumerate(statements) if "ORDER BY s.position" in q]  # run_steps
-    made = [i for i, q in enumerate(statements) if q.startswith('INSERT INTO "workflows_steprun"')]
-    assert len(reads) == 1 and len(made) == 1, statements
-    assert reads[0] > made[0], "its steps are read once, after it made them"
+    statements = [q["sql"] for q in queries if q["sql"].split()[0] not in ("SAVEPOINT", "RELEASE")]
+    assert [q.split()[0] for q in statements] == ["SELECT", "WITH", "UPDATE"], statements
+    assert "pending->running" in statements[1] and "INSERT INTO workflows_steprun" in statements[1]
+    assert not any("ORDER BY s.position" in q for q in statements), "run_steps is not read"
     assert claimed.step.name == "w"
+    run.refresh_from_db()
+    assert (run.state, run.message) == ("running", "workflow timer is running step w")
+    step = StepRun.objects.get(run=run)
+    assert (step.state, step.timeout_seconds, step.lease_owner) == (
+        "ready",
+        claimed.step.timeout_seconds,
+        claimed.lease.owner,
+    )
+    event = RunEvent.objects.get(run=run)
+    assert (event.name, event.message) == ("pending->running", run.message)
 
 
 def test_a_first_poll_after_a_chain_is_recorded_under_the_runs_lock_and_named(
@@ -320,3 +337,78 @@ def test_parallel_steps_one_runs_here_and_the_other_is_sent_at_once(
     other = StepRun.objects.get(run=run, name="b" if claimed.step.name == "a" else "a")
     assert other.state == "ready"
     assert ("run_step", other.pk) in sent
+
+
+def _last_step_done(run: Run, now: list[datetime.datetime]) -> attempts.Tried:
+    """The run's one `wait` step, past its first poll, claimed (as its run's last step) and
+    attempted once its timer is over: its outcome is Done, not recorded yet."""
+    step = StepRun.objects.get(run=run)
+    StepRun.objects.filter(pk=step.pk).update(memo={"until": 0})
+    assert step.due_at is not None
+    now[0] = step.due_at
+    [attempt] = attempts.claim(step_ids=[step.pk])
+    assert attempt.last
+    return attempts.run(attempt)
+
+
+def test_the_last_steps_success_after_the_deadline_goes_through_its_runs_scheduling(
+    sent: list[tuple[str, Any]], now: list[datetime.datetime], on_commit: Any
+) -> None:
+    """queries.sql `succeed_and_finish_run` writes nothing once the run's deadline has
+    passed: scheduling acts on the deadline (here Fail), as it did before the success."""
+    template = wf.template(
+        "timer",
+        steps=[{"name": "w", "type": "wait", "with": {"seconds": 3}}],
+        deadlineSeconds=600,
+        onDeadline="Fail",
+    )
+    run = _run(template, [])
+    with on_commit(execute=True):
+        scheduling.advance(run.pk)
+    done = _last_step_done(run, now)
+    Run.objects.filter(pk=run.pk).update(deadline_at=now[0] - datetime.timedelta(seconds=1))
+    with on_commit(execute=True):
+        scheduling.advance(run.pk, [done])
+    run.refresh_from_db()
+    assert (run.state, run.deadline_exceeded) == ("failed", True)
+    assert StepRun.objects.get(run=run).state == "succeeded"
+    names = list(RunEvent.objects.filter(run=run).order_by("id").values_list("name", flat=True))
+    assert names == ["pending->running", "deadline", "running->failed"]
+
+
+def test_the_last_steps_success_ends_no_run_that_has_an_unfinished_step_again(
+    sent: list[tuple[str, Any]], now: list[datetime.datetime], on_commit: Any
+) -> None:
+    """A step claimed as its run's last one whose run has another unfinished step by the time
+    it succeeds (here one added beside it, as an operator's retry makes a failed step pending
+    again) does not end the run: its success is recorded by the run's scheduling, which
+    goes on with the other step."""
+    run = _run("timer", [{"name": "w", "type": "wait", "with": {"seconds": 3}}])
+    with on_commit(execute=True):
+        scheduling.advance(run.pk)
+    done = _last_step_done(run, now)
+    StepRun.objects.create(run=run, name="again", position=1, type="wait", params={"seconds": 3600})
+    with on_commit(execute=True):
+        scheduling.advance(run.pk, [done])
+    run.refresh_from_db()
+    assert run.state == "running"
+    states = dict(StepRun.objects.filter(run=run).values_list("name", "state"))
+    assert states == {"w": "succeeded", "again": "waiting"}
+
+
+def test_a_run_that_starts_with_some_of_its_steps_made_reads_them_all(
+    sent: list[tuple[str, Any]],
+) -> None:
+    """`start_run` ignores a step row that is there already (made once); the run's steps
+    are then read (run_steps), so the one it did not make is scheduled too."""
+    run = _run(
+        "two",
+        [
+            {"name": "a", "type": "wait", "with": {"seconds": 3600}},
+            {"name": "b", "type": "wait", "with": {"seconds": 3600}},
+        ],
+    )
+    StepRun.objects.create(run=run, name="a", position=0, type="wait", params={"seconds": 3600})
+    claimed = scheduling._schedule(run.pk, [])
+    assert [a.step.name for a in claimed] == ["a", "b"]  # `wait` is inline: both run here
+    assert Run.objects.get(pk=run.pk).state == "running"

@@ -20,15 +20,19 @@ UpdateMachine template's node steps against it:
 
 A user checks: the Machine held while the Node is cordoned and drained, its Pods evicted
 (the budget's one once the budget allows it), the Job's Pod on that Node, and the Machine
-released only once the Node reports the new kubelet and is schedulable again.
+released only once the Node reports the new kubelet and is schedulable again; and a Node
+that never reports it fails the update (Failure, the same words at every call) until an
+operator fixes the Node and retries the run.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.test import Client, override_settings
 
 from tests.steps.conftest import NS, put_kubeconfig_secret
@@ -150,7 +154,7 @@ def _cordoned(kube: KubeEmulator) -> bool:
     return bool(_node(kube)["spec"].get("unschedulable"))
 
 
-def _template() -> None:
+def _template(steps: list[dict[str, Any]] | None = None) -> None:
     document = {
         "apiVersion": "hooksvc/v1alpha1",
         "kind": "WorkflowTemplate",
@@ -159,7 +163,8 @@ def _template() -> None:
             "hook": "UpdateMachine",
             "clusterSelector": {"matchLabels": {"inplace": "true"}},
             "retryAfterSeconds": 1,
-            "steps": [
+            "steps": steps
+            or [
                 {"name": "drain", "type": "node_drain", "with": {"pollSeconds": 1}},
                 {
                     "name": "update",
@@ -184,12 +189,7 @@ def _template() -> None:
     apply.templates_apply(documents=spec.parse(json.dumps(document)))
 
 
-def test_a_machines_node_is_drained_updated_and_uncordoned_while_the_machine_is_held(
-    client: Client, worker: Worker, kube: KubeEmulator
-) -> None:
-    _cluster(kube)
-    _template()
-
+def _poster(client: Client) -> Any:
     def post(body: dict[str, Any]) -> dict[str, Any]:
         response = client.post(
             capi.hook_path("UpdateMachine"), json.dumps(body), content_type="application/json"
@@ -197,9 +197,19 @@ def test_a_machines_node_is_drained_updated_and_uncordoned_while_the_machine_is_
         answer: dict[str, Any] = response.json()
         return answer
 
-    desired = cm.objects(machine={"name": MACHINE, "version": "v1.33.0",
-                                  "labels": {"inplace": "true"}})  # fmt: skip
-    machine = capi_model.MachineController(post, desired)
+    return post
+
+
+DESIRED = cm.objects(machine={"name": MACHINE, "version": "v1.33.0", "labels": {"inplace": "true"}})
+
+
+def test_a_machines_node_is_drained_updated_and_uncordoned_while_the_machine_is_held(
+    client: Client, worker: Worker, kube: KubeEmulator
+) -> None:
+    _cluster(kube)
+    _template()
+    post = _poster(client)
+    machine = capi_model.MachineController(post, DESIRED)
     # What the Node looked like at each answer: (retryAfterSeconds, cordoned).
     seen: list[tuple[int, bool]] = []
 
@@ -244,3 +254,44 @@ def test_a_machines_node_is_drained_updated_and_uncordoned_while_the_machine_is_
     assert all(wait > 0 for wait, cordoned in seen if cordoned), "held while cordoned"
     assert seen[-1] == (0, False), "released once uncordoned"
     assert any(cordoned for _, cordoned in seen)
+
+
+def test_a_node_that_never_reports_the_version_fails_the_update_until_retried_once_fixed(
+    client: Client, worker: Worker, kube: KubeEmulator
+) -> None:
+    """node_wait fails at its timeout naming what the Node reports; CAPI gets the same
+    Failure at every call (it requeues with backoff and calls again); once the Node runs
+    the new kubelet, an operator's retry (`workflows retry`) lets the update finish."""
+    _cluster(kube)
+    wait = {"pollSeconds": 1}
+    _template([{"name": "kubelet", "type": "node_wait", "timeoutSeconds": 3, "with": wait}])
+    post = _poster(client)
+    machine = capi_model.MachineController(post, DESIRED)
+
+    def failed() -> bool:
+        machine.reconcile()
+        return bool(machine.answers[-1]["status"] == "Failure")
+
+    wait_for(failed, what="the update to fail")
+    failure = machine.answers[-1]
+    assert "Node worker-1 did not report kubelet v1.33.0 and Ready True" in failure["message"]
+    for _ in range(3):
+        machine.reconcile()
+    assert machine.answers[-3:] == [failure] * 3, "the same Failure, until someone acts"
+    assert not machine.done
+
+    kubelet = {"nodeInfo": {"kubeletVersion": "v1.33.0"}}
+    kube.set_status(*NODES, None, "worker-1", kubelet)  # the Node fixed by hand
+    run = Run.objects.get(hook="UpdateMachine")
+    out = io.StringIO()
+    call_command("workflows", "retry", str(run.pk), "--reason", "kubelet fixed", stdout=out)
+
+    def done() -> bool:
+        machine.reconcile()
+        return machine.done
+
+    wait_for(done, what="the retried update to end")
+    last = machine.answers[-1]
+    assert (last["status"], last["retryAfterSeconds"]) == ("Success", 0)
+    run.refresh_from_db()
+    assert run.state == "succeeded"

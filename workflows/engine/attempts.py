@@ -189,15 +189,19 @@ def record_repeats(tried: Sequence[Tried]) -> set[int]:
 @dataclasses.dataclass(frozen=True)
 class Fast:
     """What a fast path did: the steps a chain claimed next, and whether the run's
-    scheduling should look at the run now (a chain that claimed nothing, or lost its lease)."""
+    scheduling should look at the run now (a chain that claimed nothing, or lost its lease);
+    the run's row when the success ended the run (Path.FINISH: what follows a run's end is
+    scheduling's)."""
 
     claimed: list[Attempt]
     settle: bool
+    finished: dict[str, Any] | None = None
 
 
 def record_fast(tried: Tried) -> Fast | None:
-    """Record `tried` on its fast path (lifecycle.route: a first poll on its own row, or a
-    success that claims what it makes due); None when it goes through its run's scheduling."""
+    """Record `tried` on its fast path (lifecycle.route: a first poll on its own row, a
+    success that claims what it makes due, or one that ends its run); None when it goes
+    through its run's scheduling."""
     attempt, result = tried.attempt, tried.result
     write = lifecycle.after(result)
     route = lifecycle.route(write, result)
@@ -206,10 +210,18 @@ def record_fast(tried: Tried) -> Fast | None:
         if not stepstate.apply_alone(step, write, lease=lease, route=route):
             return None  # the run says something else, or the lease was lost: scheduling decides
         return Fast(claimed=[], settle=False)
+    now = clock.now()
+    if route.path is writes.Path.FINISH:
+        finished = stepstate.apply_finish(
+            step, write, lease=lease, route=route, run_id=attempt.run.pk, now=now
+        )
+        if finished is None:
+            return None  # the lease was lost, or the run must be looked at: scheduling decides
+        _told(tried, write)
+        return Fast(claimed=[], settle=False, finished=finished)
     if route.path is not writes.Path.CHAIN:
         return None
     seconds = settings.STEP_LEASE_SECONDS
-    now = clock.now()
     expires = now + datetime.timedelta(seconds=seconds)
     applied = stepstate.apply_chain(
         step, write, lease=lease, route=route, run_id=attempt.run.pk, now=now, expires=expires

@@ -297,15 +297,16 @@ def route(write: Write, result: Result) -> Route:
     A repeated poll goes on its own row (batched). A first poll its run does not show (its
     type declares no waiting message, waits for no person, does not say its own wait: a
     `wait`) goes on its own row while its run names the step. A success that does not end
-    its run records itself and claims the inline steps it makes due, one statement. Anything
-    else goes under the run's lock, in its scheduling transaction.
+    its run records itself and claims the inline steps it makes due, one statement; one that
+    ends it (its run's last unfinished step) records itself and finishes the run, one
+    statement. Anything else goes under the run's lock, in its scheduling transaction.
     """
     step = result.step
     quick = inline(step.type)
     if result.repeats:
         return Route(Path.REPEAT, asynchronous=True)
-    if write.to == Step.SUCCEEDED and not result.last:
-        return Route(Path.CHAIN, asynchronous=quick)
+    if write.to == Step.SUCCEEDED:
+        return Route(Path.FINISH if result.last else Path.CHAIN, asynchronous=quick)
     if (
         write.to == Step.WAITING
         and step.state == Step.READY

@@ -126,6 +126,48 @@ SELECT (SELECT count(*) FROM recorded) AS recorded, promoted.*, locked.context, 
 FROM locked LEFT JOIN promoted ON true;
 
 
+-- name: succeed_and_finish_run
+-- The last step's success ends its run, one statement (lifecycle Path.FINISH): lock the run
+-- (running, its deadline not passed: else its scheduling acts on it), record the step's
+-- success by its lease (lifecycle.after's Write, as succeed_and_claim_next's) while it is
+-- still its run's last unfinished step (workflows_step_last), and move the run to
+-- succeeded with its transition event, as scheduling settles a run whose steps are all
+-- done. Parameters: run, commit, id, token, owner, memo and output (JSON text),
+-- started_at, finished_at, now (the run's finished_at, the deadline's test), at (the
+-- event's time). Returns the run's row when all of it was written; else no row and nothing
+-- written: the outcome goes through the run's scheduling.
+WITH locked AS MATERIALIZED (
+    SELECT r.id AS locked_run, set_config('synchronous_commit', %(commit)s, true)
+    FROM workflows_run AS r
+    WHERE r.id = %(run)s AND r.state = 'running'
+      AND (r.deadline_at IS NULL OR r.deadline_exceeded OR r.deadline_at > %(now)s)
+    FOR UPDATE OF r
+), recorded AS (
+    UPDATE workflows_steprun AS s
+    SET state = 'succeeded', memo = %(memo)s::jsonb, output = %(output)s::jsonb,
+        message = '', started_at = %(started_at)s, finished_at = %(finished_at)s,
+        due_at = NULL, lease_owner = '', lease_expires_at = NULL, unrecorded = 0
+    FROM locked
+    WHERE s.id = %(id)s AND s.run_id = locked.locked_run AND s.claims = %(token)s
+      AND s.lease_owner = %(owner)s AND s.state IN ('ready', 'waiting')
+      AND workflows_step_last(s.run_id, s.id)
+    RETURNING s.run_id AS recorded_run
+), finished AS (
+    UPDATE workflows_run AS r
+    SET state = 'succeeded', message = '', finished_at = %(now)s, wake_at = NULL
+    FROM recorded WHERE r.id = recorded.recorded_run
+    RETURNING r.id, r.template_name, r.spec, r.hook, r.cluster_key, r.cluster_namespace,
+        r.cluster_name, r.state, r.message, r.started_at, r.finished_at, r.wake_at
+), event AS (
+    INSERT INTO workflows_runevent
+        (run_id, step_name, kind, name, actor, actor_subject, actor_email, reason, message,
+         at, details)
+    SELECT id, '', 'transition', 'running->succeeded', '', '', '', '', '', %(at)s, '{}'::jsonb
+    FROM finished
+)
+SELECT * FROM finished;
+
+
 -- name: record_first_poll
 -- A step's first poll that its run's answer does not show (lifecycle Path.ALONE): ready ->
 -- waiting by its lease, on its own row as a repeated poll is written, while its run is
@@ -234,6 +276,56 @@ SELECT extract(epoch FROM %(now)s - least(
     (SELECT min(pr.wake_at) FROM workflows_run AS pr
      WHERE pr.state = 'pending' AND pr.wake_at <= %(now)s)
 )) AS late;
+
+
+-- name: start_run
+-- A pending run starts, one statement: it moves to running (saying %(message)s, woken at
+-- %(wake_at)s: its deadline, or never), its transition event, and its step rows as
+-- lifecycle.created says (arrays, one entry a step; conflicts ignored: made once). Its
+-- caller holds the run's lock (lock_run). Parameters: run, message, now (its started_at,
+-- the rules' time), wake_at, at (the event's time); arrays names, positions, types,
+-- params and depends_on (JSON text), retries, retry_for_seconds, states, timeouts,
+-- call_timeouts, waits_for_person, stalls. Returns one row when the run moved, with NULL
+-- step columns if it made no step, else one a step it made, as run_steps returns them
+-- (a new step is pending: PostgreSQL judges whether it is promotable, as run_steps does).
+WITH moved AS (
+    UPDATE workflows_run AS r
+    SET state = 'running', message = %(message)s, started_at = %(now)s, wake_at = %(wake_at)s
+    WHERE r.id = %(run)s AND r.state = 'pending'
+    RETURNING r.id
+), event AS (
+    INSERT INTO workflows_runevent
+        (run_id, step_name, kind, name, actor, actor_subject, actor_email, reason, message,
+         at, details)
+    SELECT id, '', 'transition', 'pending->running', '', '', '', '', %(message)s, %(at)s,
+        '{}'::jsonb
+    FROM moved
+), made AS (
+    INSERT INTO workflows_steprun
+        (run_id, name, position, type, params, depends_on, retries, retry_for_seconds, state,
+         timeout_seconds, call_timeout_seconds, waits_for_person, stall_seconds, failures,
+         memo, output, message, claims, lease_owner)
+    SELECT moved.id, v.name, v.position, v.type, v.params, v.depends_on, v.retries,
+        v.retry_for_seconds, v.state, v.timeout_seconds, v.call_timeout_seconds,
+        v.waits_for_person, v.stall_seconds, 0, '{}'::jsonb, '{}'::jsonb, '', 0, ''
+    FROM moved, unnest(
+        %(names)s::varchar[], %(positions)s::smallint[], %(types)s::varchar[],
+        %(params)s::jsonb[], %(depends_on)s::jsonb[], %(retries)s::smallint[],
+        %(retry_for_seconds)s::integer[], %(states)s::varchar[], %(timeouts)s::integer[],
+        %(call_timeouts)s::integer[], %(waits_for_person)s::boolean[], %(stalls)s::integer[]
+    ) AS v(name, position, type, params, depends_on, retries, retry_for_seconds, state,
+        timeout_seconds, call_timeout_seconds, waits_for_person, stall_seconds)
+    ON CONFLICT (run_id, name) DO NOTHING
+    RETURNING id, run_id, name, position, type, depends_on, timeout_seconds,
+        call_timeout_seconds, retries, retry_for_seconds, waits_for_person, state,
+        stall_seconds, progress_at, progress_mark, stall_noticed_at, failures, failing_since,
+        started_at, finished_at, due_at, message, lease_owner, lease_expires_at, claims,
+        unrecorded, lost_by,
+        workflows_step_claimable(state, due_at, lease_owner, lease_expires_at, 'running', %(now)s)
+            AS claimable,
+        state = 'pending' AND workflows_step_deps_done(run_id, depends_on) AS promotable
+)
+SELECT moved.id AS moved, made.* FROM moved LEFT JOIN made ON true ORDER BY made.position;
 
 
 -- name: lock_run

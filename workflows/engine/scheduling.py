@@ -79,6 +79,9 @@ def _record_and_claim(run_id: int, pending: list[attempts.Tried]) -> list[attemp
     if len(pending) == 1:
         fast = attempts.record_fast(pending[0])
         if fast is not None:
+            if fast.finished is not None:
+                _succeeded(_instance(Run, fast.finished))
+                return []
             return fast.claimed or (_schedule(run_id, []) if fast.settle else [])
     return _schedule(run_id, pending)
 
@@ -110,9 +113,11 @@ def _schedule(run_id: int, tried: Sequence[attempts.Tried]) -> list[attempts.Att
         if run.is_finished:
             return []
         now = clock.now()
-        if run.state == Run.State.PENDING and supersede.applies(run):
-            # Once this commits, not under this run's lock (see the module's docstring).
+        if supersede.applies(run):
+            # Once this commits, not under this run's lock (see the module's docstring); at
+            # every schedule, so that one cut short by a dead worker is done at the next.
             transaction.on_commit(lambda: supersede.supersede(run_id), robust=True)
+        made: Judged | None = None
         if run.state == Run.State.PENDING:
             blocker, until_changed = _start_blocker(run)
             if blocker:
@@ -128,8 +133,8 @@ def _schedule(run_id: int, tried: Sequence[attempts.Tried]) -> list[attempts.Att
                 if blocker != run.message or stale:
                     Run.objects.filter(pk=run.pk).update(message=blocker, wake_at=wake)
                 return []
-            _run_start(run, now)
-        steps, claimable, promotable = _steps(run_id, now)
+            made = _run_start(run, now)
+        steps, claimable, promotable = made or _steps(run_id, now)
         passed = run.deadline_at and now >= run.deadline_at and not run.deadline_exceeded
         if passed:
             _deadline_act(run, steps, now)
@@ -163,10 +168,18 @@ def _lock(run_id: int, *, asynchronous: bool) -> Run | None:
     return _instance(Run, found[0]) if found else None
 
 
-def _steps(run_id: int, now: datetime.datetime) -> tuple[list[StepRun], set[int], set[int]]:
+Judged = tuple[list[StepRun], set[int], set[int]]
+
+
+def _steps(run_id: int, now: datetime.datetime) -> Judged:
     """The run's steps in their order, and which of them PostgreSQL finds claimable and
     promotable now (queries.sql `run_steps`)."""
-    rows = sql.named("run_steps", {"run": run_id, "now": now}, json=("depends_on",))
+    return _judged(sql.named("run_steps", {"run": run_id, "now": now}, json=("depends_on",)))
+
+
+def _judged(rows: list[dict[str, Any]]) -> Judged:
+    """Steps as run_steps (or start_run) returns them: each, and the ids of those PostgreSQL
+    found claimable and promotable."""
     claimable = {row["id"] for row in rows if row.pop("claimable")}
     promotable = {row["id"] for row in rows if row.pop("promotable")}
     return [_instance(StepRun, row) for row in rows], claimable, promotable
@@ -220,26 +233,25 @@ def _lock_budget(template_name: str) -> None:
     sql.named("budget_lock", {"template": template_name})
 
 
-def _run_start(run: Run, now: datetime.datetime) -> None:
-    """Create the run's steps from its spec (stepstate.create) and move it to RUNNING."""
+def _run_start(run: Run, now: datetime.datetime) -> Judged | None:
+    """Move the run to RUNNING with its steps from its spec, one statement (stepstate.start);
+    its steps as run_steps judges them, or None if some were there already (then read)."""
     spec = typed.of(run.spec)
-    stepstate.create(run, spec.steps)
     # What the run says once its first steps are due (see _settle), and when it must be
     # woken (its deadline): written with the move, so that scheduling need not write the
     # run's row again, nor a first poll (writes.Path.ALONE) take the run's lock.
     first = next((s for s in spec.steps if not s.depends_on), None)
-    transitions.run_move(
-        run,
-        Run.State.RUNNING,
-        allowed_from=[Run.State.PENDING],
-        message=messages.run_running_step(run.template_name, first.name)
+    message = (
+        messages.run_running_step(run.template_name, first.name)
         if first is not None
-        else messages.run_running(run.template_name),
-        started_at=now,
-        wake_at=_wake_at(run),
+        else messages.run_running(run.template_name)
     )
+    wake_at = _wake_at(run)
+    rows = stepstate.start(run, spec.steps, message=message, now=now, wake_at=wake_at)
+    run.state, run.message, run.started_at, run.wake_at = Run.State.RUNNING, message, now, wake_at
     logger.info("run started", extra={"action": "run_started", **observe.log_fields(run)})
     dispatch.cluster_event(run.pk, "started")
+    return _judged(rows) if len(rows) == len(spec.steps) else None
 
 
 def _settle(run: Run, steps: list[StepRun], now: datetime.datetime, *, message: bool) -> None:
@@ -259,9 +271,7 @@ def _settle(run: Run, steps: list[StepRun], now: datetime.datetime, *, message: 
         return
     if all(s.state in StepRun.DONE for s in steps):
         transitions.run_move(run, Run.State.SUCCEEDED, allowed_from=[Run.State.RUNNING], message="")
-        logger.info("run succeeded", extra={"action": "run_succeeded", **observe.log_fields(run)})
-        dispatch.cluster_event(run.pk, "succeeded")
-        _wake_waiters(run)
+        _succeeded(run)
         return
     wake_at = _wake_at(run)
     if not message:
@@ -273,6 +283,14 @@ def _settle(run: Run, steps: list[StepRun], now: datetime.datetime, *, message: 
     if text != run.message or wake_at != run.wake_at:
         Run.objects.filter(pk=run.pk).update(message=text, wake_at=wake_at)
         run.message, run.wake_at = text, wake_at
+
+
+def _succeeded(run: Run) -> None:
+    """What follows a run's success (recorded here or by its last step's statement,
+    queries.sql `succeed_and_finish_run`): its log line, its Event, the runs it held up."""
+    logger.info("run succeeded", extra={"action": "run_succeeded", **observe.log_fields(run)})
+    dispatch.cluster_event(run.pk, "succeeded")
+    _wake_waiters(run)
 
 
 def _wake_at(run: Run) -> datetime.datetime | None:

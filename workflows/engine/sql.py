@@ -57,9 +57,11 @@ def named(
     columns decoded (jsonb comes as text through a raw cursor of Django's connection)."""
     with connection.cursor() as cursor:
         cursor.execute(QUERIES[name], params or {})
-        if not cursor.description:
+        # Read once: psycopg builds the description's column objects on each access.
+        description = cursor.description
+        if not description:
             return []
-        names = [column.name for column in cursor.description]
+        names = [column.name for column in description]
         found = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
     for row in found:
         for column in json:

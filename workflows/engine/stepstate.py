@@ -8,10 +8,11 @@ meanwhile finds its lease lost and its outcome is dropped.
 - `apply`: a Write under the run's lock (writes.Path.SCHEDULE, every operator's and the
   deadline's): one compare-and-set UPDATE (the row's states, and for an attempt its lease),
   its RunEvent, and what follows once it commits (a countdown, the cleanup, an Event).
-- `apply_alone`, `apply_repeats`, `apply_chain`: the fast paths (lifecycle.route), each the
-  same Write as one statement of queries.sql.
+- `apply_alone`, `apply_repeats`, `apply_chain`, `apply_finish`: the fast paths
+  (lifecycle.route), each the same Write as one statement of queries.sql.
 - `claim`, `claim_promoted`, `claim_due_waiting`: leases (queries.sql `claim_*`).
-- `create`: a run's step rows as it starts (lifecycle.created).
+- `start`: a run's move to running, its event and its step rows (lifecycle.created), one
+  statement.
 - `extend_leases`, `free_leases` (the heartbeat), `free_leases_of` (the reaper), `make_due`
   (a rollout's gates), `note_stalls` (a stall's Event sent): columns that are no state.
 """
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from django.db import transaction
+from django.utils import timezone
 
 from workflows import clock
 from workflows.definitions import typed
@@ -228,6 +230,44 @@ def apply_chain(
     return True, [row for row in found if row["id"] is not None]
 
 
+def apply_finish(
+    step: StepRun,
+    write: writes.Write,
+    *,
+    lease: Held,
+    route: writes.Route,
+    run_id: int,
+    now: datetime.datetime,
+) -> dict[str, Any] | None:
+    """The last step's success and its run's end, one statement (queries.sql
+    `succeed_and_finish_run`): the run's row as finished, or None when nothing was written
+    (the lease was lost, the run is not running or its deadline passed, or another step is
+    unfinished again): then the run's scheduling decides."""
+    columns = write.columns
+    found = sql.named(
+        "succeed_and_finish_run",
+        {
+            "run": run_id,
+            "commit": _commit(route),
+            "id": step.pk,
+            "token": lease.token,
+            "owner": lease.owner,
+            "memo": json.dumps(columns["memo"]),
+            "output": json.dumps(columns["output"]),
+            "started_at": columns["started_at"],
+            "finished_at": columns["finished_at"],
+            "now": now,
+            # A RunEvent's time is Django's (auto_now_add), as transitions.run_move's event.
+            "at": timezone.now(),
+        },
+        json=("spec",),
+    )
+    if not found:
+        return None
+    _mirror(step, write)
+    return found[0]
+
+
 # --- Claims ------------------------------------------------------------------------------------
 
 #: The JSON columns a claim returns (the step's and its run's context).
@@ -261,30 +301,52 @@ def claim_due_waiting(
 # --- A run's steps as it starts -------------------------------------------------------------
 
 
-def create(run: Run, steps: Sequence[typed.Step]) -> None:
-    """The run's step rows, as lifecycle.created says (conflicts ignored: made once)."""
-    StepRun.objects.bulk_create(
-        [
-            StepRun(
-                run=run,
-                name=s.name,
-                position=i,
-                type=s.type,
-                params=dict(s.params),
-                depends_on=list(s.depends_on),
-                retries=s.retries,
-                retry_for_seconds=s.retry_for_seconds,
-                **lifecycle.created(
-                    type_name=s.type,
-                    params=s.params,
-                    timeout=s.timeout_seconds,
-                    stall=s.stall_seconds,
-                ),
-            )
-            for i, s in enumerate(steps)
-        ],
-        ignore_conflicts=True,
+def start(
+    run: Run,
+    steps: Sequence[typed.Step],
+    *,
+    message: str,
+    now: datetime.datetime,
+    wake_at: datetime.datetime | None,
+) -> list[dict[str, Any]]:
+    """The pending `run` starts (its caller holds its lock): running, its event, and its step
+    rows as lifecycle.created says, one statement (queries.sql `start_run`); the rows it
+    made (as queries.sql `run_steps` reads them: fewer than `steps` when some were there).
+
+    Raises InvalidTransition when the run was not pending."""
+    made = [
+        lifecycle.created(
+            type_name=s.type, params=s.params, timeout=s.timeout_seconds, stall=s.stall_seconds
+        )
+        for s in steps
+    ]
+    found = sql.named(
+        "start_run",
+        {
+            "run": run.pk,
+            "message": message,
+            "now": now,
+            "wake_at": wake_at,
+            # A RunEvent's time is Django's (auto_now_add), as transitions.run_move's event.
+            "at": timezone.now(),
+            "names": [s.name for s in steps],
+            "positions": list(range(len(steps))),
+            "types": [s.type for s in steps],
+            "params": [json.dumps(dict(s.params)) for s in steps],
+            "depends_on": [json.dumps(list(s.depends_on)) for s in steps],
+            "retries": [s.retries for s in steps],
+            "retry_for_seconds": [s.retry_for_seconds for s in steps],
+            "states": [str(m["state"]) for m in made],
+            "timeouts": [m["timeout_seconds"] for m in made],
+            "call_timeouts": [m["call_timeout_seconds"] for m in made],
+            "waits_for_person": [m["waits_for_person"] for m in made],
+            "stalls": [m["stall_seconds"] for m in made],
+        },
+        json=("depends_on",),
     )
+    if not found:
+        raise InvalidTransition(f"run {run.pk} is not in ['pending']")
+    return [{k: v for k, v in row.items() if k != "moved"} for row in found if row["id"]]
 
 
 # --- Columns that are no state: leases, wake-ups, stall notices ----------------------------

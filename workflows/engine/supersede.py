@@ -9,9 +9,11 @@ cancelled as an operator's cancel does (so a step that acted is cleaned up,
 workflows.engine.cleanups), and the cancel recorded with actor `hooksvc` and the run that
 superseded them.
 
-Called after the new run's transaction commits (workflows.engine.scheduling): each earlier
-run is locked in a transaction of its own, never while the new run's row is held (a
-finishing run locks its cluster's pending runs; the two orders could deadlock).
+Called after each of the new run's schedules commits (workflows.engine.scheduling: one
+indexed query when there is nothing to cancel, so a supersede a dead worker cut short is
+done at the run's next advance): each earlier run is locked in a transaction of its own,
+never while the new run's row is held (a finishing run locks its cluster's pending runs;
+the two orders could deadlock).
 """
 
 from __future__ import annotations

@@ -115,6 +115,8 @@ class Path(enum.Enum):
     ALONE = "alone"
     #: A success that does not end its run, with the claim of the inline steps it makes due.
     CHAIN = "chain"
+    #: A success that ends its run: the step, the run's move and its event, one statement.
+    FINISH = "finish"
 
 
 @dataclasses.dataclass(frozen=True)
