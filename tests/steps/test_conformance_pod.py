@@ -100,14 +100,19 @@ def test_parallelism_and_serial_tests_reach_ginkgo_as_the_template_says(
     [
         ("v1.30.2+k3s1", "v1.30.2"),
         ("1.31.4+rke2r1", "v1.31.4"),
-        ("v1.32.0-rc.1+abc", "v1.32.0-rc.1"),
+        ("v1.32.0-rc.1+abc", "v1.32.0"),
+        ("v1.33.2-eks-931bdca", "v1.33.2"),
     ],
 )
-def test_the_image_tag_drops_build_metadata_from_the_version(
+def test_the_image_tag_is_the_versions_major_minor_and_patch_as_hydrophone_takes_it(
     kube: KubeEmulator, context: Context, version: str, tag: str
 ) -> None:
     """An image tag is `[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}` (OCI distribution spec, tag
-    grammar): `+` cannot appear, and registry.k8s.io publishes conformance:vX.Y.Z."""
+    grammar): `+` cannot appear, and registry.k8s.io publishes conformance:vX.Y.Z. Hydrophone
+    runs `conformance:v` + the server version's semver FinalizeVersion (major.minor.patch:
+    no pre-release, no build metadata; kubernetes-sigs/hydrophone e96b8e9 cmd/root.go
+    `normalizeVersion`), so a distribution's `-eks-...` is dropped too (it asked for
+    conformance:v1.33.2-eks-931bdca, which no registry has)."""
     run(
         context(
             "conformance", {"version": version}, hook="AfterClusterUpgrade", step_name="conformance"
@@ -243,6 +248,31 @@ def test_an_image_that_cannot_be_pulled_fails_after_the_grace_not_the_timeout(
         "detail": f'Back-off pulling image "{IMAGE}"',
     }
     namespace_goes(kube, wait=False)
+
+
+def test_a_pod_pending_for_no_named_reason_fails_after_the_grace_as_hydrophones_start_timeout(
+    kube: KubeEmulator, context: Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hydrophone waits `--startup-timeout` (5 min) for its Pod to leave Pending, whatever
+    keeps it there (kubernetes-sigs/hydrophone e96b8e9 pkg/common/pod.go `CreatePod`,
+    pkg/types/config.go `StartupTimeout`). Here no kubelet ever starts the Pod (a sandbox
+    or a volume that never comes): it polled for the two-hour timeout; now it fails after
+    `stuckGraceSeconds`, saying the Pod has not started, while the wait says only that it
+    is Pending."""
+    ctx = conf(context)
+    at(monkeypatch, 0)
+    first = run(ctx)
+    assert isinstance(first, registry.Poll) and first.message == "conformance Pod is Pending"
+    at(monkeypatch, 299)
+    waiting = run(ctx)
+    assert isinstance(waiting, registry.Poll) and waiting.message == "conformance Pod is Pending"
+    at(monkeypatch, 300)
+    with pytest.raises(errors.PermanentError) as exc:
+        run(ctx)
+    assert exc.value.message == f"conformance Pod {NAME}/{POD}: the Pod has not started (Pending)"
+    assert exc.value.output is not None
+    assert exc.value.output["stuck"] == {"reason": "Pending", "detail": ""}
+    namespace_goes(kube)
 
 
 def test_trouble_that_clears_within_the_grace_is_forgotten(

@@ -1,28 +1,28 @@
 """`conformance`: runs Kubernetes conformance tests in the workload cluster, as Hydrophone does.
 
 The step makes its own Namespace, a ServiceAccount there, a ClusterRoleBinding of it to
-`cluster-admin`, and a Pod running `registry.k8s.io/conformance:<version>` (build metadata
-dropped: `+` is not allowed in an image tag). The image's go-runner (kubernetes
-test/conformance/image/go-runner) reads E2E_FOCUS, E2E_SKIP and E2E_EXTRA_GINKGO_ARGS; its
-E2E_PARALLEL means parallel only for `y`/`true`, and then it also skips `[Serial]` when
-E2E_SKIP is empty, so the step never sets it: `parallelism` N > 1 becomes `--procs=N` as
-Hydrophone passes it, and `serialTests` alone decides whether `[Serial]` specs are skipped.
-Both containers run as Hydrophone's do, within PodSecurity `restricted`, and the Pod
-tolerates every taint unless the template says otherwise (its tolerations are checked when
-the template is applied, as kube-apiserver checks them: `tolerations`). A Pod the API server
-refuses (403: a quota, a policy; tried again at each poll), a Pod that cannot be scheduled,
-or a container that cannot be pulled, configured, created or started or keeps crashing fails
-the step once that lasted `stuckGraceSeconds` (see `pods`). A second container, `results`
-(busybox), shares the results directory and prints the runner's JUnit file into its log
-once the runner is done (see `junit`): there is no exec without websockets, but a log can be
-read.
-When the runner ends, the counts and the failed tests' names come from that JUnit file,
-which is kept with the run (a `StepArtifact`); without a readable JUnit file they come from
-the e2e log summary in the runner's log. An allowlist of known-flaky tests and a pass
-threshold decide success. Whatever the outcome, the step deletes the Namespace and the
-ClusterRoleBinding before it reports it; when the engine fails the step itself (timeout,
-retries spent, an error it raised) or an operator cancels it, `cleanup` does, whether or not
-the Pod was ever created: the cluster-admin binding must not outlive the step.
+`cluster-admin`, and a Pod running `registry.k8s.io/conformance:<version>`
+(major.minor.patch, as Hydrophone takes the server's version). The image's go-runner reads
+E2E_FOCUS, E2E_SKIP and E2E_EXTRA_GINKGO_ARGS; its E2E_PARALLEL means parallel only for
+`y`/`true`, and then it also skips `[Serial]` when E2E_SKIP is empty, so the step never sets
+it: `parallelism` N > 1 becomes `--procs=N` as Hydrophone passes it, and `serialTests` alone
+decides whether `[Serial]` specs are skipped. Both containers run as Hydrophone's do, within
+PodSecurity `restricted`, and the Pod tolerates every taint unless the template says
+otherwise (its tolerations are checked when the template is applied, as kube-apiserver
+checks them: `tolerations`). A Pod the API server refuses (403: a quota, a policy; tried
+again at each poll), a Pod that cannot be scheduled, a container that cannot be pulled,
+configured, created or started or keeps crashing, or a Pod still Pending for any other
+reason (Hydrophone's start timeout) fails the step once that lasted `stuckGraceSeconds` (see
+`pods`). A second container, `results` (busybox), shares the results directory and prints
+the runner's JUnit file into its log once the runner is done (see `junit`): there is no exec
+without websockets, but a log can be read. When the runner ends, the counts and the failed
+tests' names come from that JUnit file, which is kept with the run (a `StepArtifact`);
+without a readable JUnit file they come from the e2e log summary in the runner's log. An
+allowlist of known-flaky tests and a pass threshold decide success. Whatever the outcome,
+the step deletes the Namespace and the ClusterRoleBinding before it reports it; when the
+engine fails the step itself (timeout, retries spent, an error it raised) or an operator
+cancels it, `cleanup` does, whether or not the Pod was ever created: the cluster-admin
+binding must not outlive the step.
 """
 
 from __future__ import annotations
@@ -123,9 +123,15 @@ def _version(ctx: registry.StepContext) -> str:
     )
     if not version:
         raise errors.PermanentError("no Kubernetes version known for the conformance image")
-    # Build metadata (v1.30.2+k3s1) is no part of the image's tag, and `+` is not allowed in one.
-    version = version.split("+", 1)[0]
-    return version if version.startswith("v") else f"v{version}"
+    # The release's own version, as Hydrophone takes it (cmd/root.go `normalizeVersion`,
+    # semver FinalizeVersion): build metadata (v1.30.2+k3s1; `+` is not allowed in a tag)
+    # and a pre-release part (a distribution's v1.33.2-eks-931bdca) are no tag of
+    # registry.k8s.io/conformance.
+    core = re.match(r"v?(\d+\.\d+\.\d+)", version)
+    if core is None:
+        version = version.split("+", 1)[0]
+        return version if version.startswith("v") else f"v{version}"
+    return f"v{core.group(1)}"
 
 
 def _names(ctx: registry.StepContext) -> dict[str, str]:
@@ -418,13 +424,16 @@ def _observe(ctx: registry.StepContext, api: k8s.ApiClient) -> registry.Poll | N
             )
         _finish(ctx, api, "Succeeded" if runner.get("exitCode") == 0 else "Failed")
         return None
-    found = pods.trouble(pod)
+    # Hydrophone bounds its Pod's start as a whole (pkg/common/pod.go `CreatePod`, 5 min):
+    # a Pod Pending for no reason `pods.trouble` names is stuck after the grace too.
+    found = pods.trouble(pod) or pods.not_started(pod)
     running = {"image": ctx.memo["image"], **_run_output(ctx.params)}
     if not pods.stuck(ctx.memo, found, ctx.params["stuckGraceSeconds"]) or found is None:
         message = f"conformance Pod is {phase}"
+        named = found is not None and found.reason != pods.PENDING
         return registry.Poll(
             after=ctx.params["pollSeconds"],
-            message=f"{message}: {found.describe()}" if found else message,
+            message=f"{message}: {found.describe()}" if found and named else message,
             output=running,
         )
     ctx.memo["result"] = {

@@ -51,10 +51,14 @@ WAITING = {
     "RunContainerError": "cannot be started by the container runtime",
     "CrashLoopBackOff": "keeps crashing",
 }
+#: A Pod still Pending for no reason above (its sandbox, a volume, a slow pull): a step that
+#: bounds its Pod's start as a whole, as Hydrophone does, calls that trouble too.
+PENDING = "Pending"
 #: Reasons of a Pod, rather than of one of its containers.
 POD_REASONS = {
     "Unschedulable": "cannot be scheduled",
     "FailedCreate": "cannot be created",
+    PENDING: "has not started",
 }
 #: What the API server, the kubelet or the scheduler said, kept in the output (never in a
 #: message).
@@ -103,6 +107,21 @@ def trouble(pod: dict[str, Any]) -> Trouble | None:
                 str(waiting.get("message") or ""),
             )
     return None
+
+
+def not_started(pod: dict[str, Any]) -> Trouble | None:
+    """`PENDING` while `pod` is Pending, with its containers' waiting reasons as the detail."""
+    status = pod.get("status") or {}
+    if (status.get("phase") or PENDING) != PENDING:
+        return None
+    kinds = ("initContainerStatuses", "containerStatuses")
+    waiting = [
+        f"{c.get('name', '')}: {((c.get('state') or {}).get('waiting') or {}).get('reason')}"
+        for kind in kinds
+        for c in status.get(kind) or []
+        if (c.get("state") or {}).get("waiting")
+    ]
+    return Trouble(PENDING, detail="; ".join(waiting))
 
 
 def refused(error: k8s.K8sError) -> Trouble:
