@@ -8,6 +8,8 @@ the ExtensionConfig with the v1beta2 schema of CAPI's CRD in ../shared/capi/.
 from __future__ import annotations
 
 import copy
+import functools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,18 @@ def test_dev_runs_postgresql_and_redis_and_prod_does_not(
     names = {t: {manifests.id_of(o) for o in objs} for t, objs in rendered.items()}
     assert {"StatefulSet/hooksvc-postgres", "Deployment/hooksvc-redis"} <= names["dev"]
     assert not {n for n in names["prod"] if "postgres" in n or "redis" in n}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _schema_files_read_once() -> Iterator[None]:
+    """kubernetes_validate reads the kind's schema and the version's _definitions.json (MBs
+    of JSON) from disk on every validate() (kubernetes_validate/utils.py: validate calls
+    schema_contents twice); read each file once for this module: the same schemas, which
+    the validator only reads."""
+    original = kubernetes_validate.utils.schema_contents
+    kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(original)
+    yield
+    kubernetes_validate.utils.schema_contents = original
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)

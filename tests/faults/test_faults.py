@@ -2,7 +2,8 @@
 
 For every fault: every run still reaches the state it would have reached, no step's side
 effect happens twice, blocking hooks keep holding (never a 5xx, never a premature 0), and
-the time to recover is printed (docs/reliability.md collects the figures).
+the time to recover is printed (docs/reliability.md collects the figures). Each test's
+PostgreSQL is a copy of one initialised and migrated once for the module.
 """
 
 from __future__ import annotations
@@ -17,19 +18,32 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import servers
+from tests.support import private, servers
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def migrated(
+    tls_files: servers.TLSFiles, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[private.PrivatePostgres]:
+    """initdb and `migrate` once: each test's PostgreSQL is a copy of this stopped one."""
+    pg = Stack.migrated_postgres(tmp_path_factory.mktemp("migrated"), tls_files)
+    yield pg
+    pg.remove()
+
+
 @pytest.fixture
-def stack_factory(tls_files: servers.TLSFiles, tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+def stack_factory(
+    tls_files: servers.TLSFiles, tmp_path: Path, migrated: private.PrivatePostgres
+) -> Iterator[Callable[..., Stack]]:
     stacks: list[Stack] = []
 
     def make(workers: int = 1) -> Stack:
-        stacks.append(Stack(tmp_path / f"stack{len(stacks)}", tls_files, workers))
-        return stacks[-1]
+        stack = Stack(tmp_path / f"stack{len(stacks)}", tls_files, workers, migrated=migrated)
+        stacks.append(stack)
+        return stack
 
     yield make
     for stack in stacks:

@@ -34,7 +34,9 @@ def _as_postgres_user() -> list[str]:
 
 
 class PrivatePostgres:
-    def __init__(self) -> None:
+    def __init__(self, template: PrivatePostgres | None = None) -> None:
+        """A new cluster (initdb), or a copy of `template`'s, which must be stopped: the
+        copy of a cluster's directory is that cluster, its databases and rows included."""
         # Outside pytest's private temp tree: the server may run as nobody, who must reach it.
         root = Path(tempfile.mkdtemp(prefix="hooksvc-pg-"))
         self.root = root
@@ -43,6 +45,13 @@ class PrivatePostgres:
         self.log = root / "pg.log"
         if os.geteuid() == 0:
             shutil.chown(root, "nobody")
+        if template is not None:
+            subprocess.run(
+                [*_as_postgres_user(), "cp", "-a", str(template.data), str(self.data)],
+                check=True,
+                capture_output=True,
+            )
+            return
         subprocess.run(
             [
                 *_as_postgres_user(),

@@ -156,6 +156,9 @@ def server_env(
         "HOOKSVC_WEB_WORKERS": "1",
         "HOOKSVC_DATA_DIR": str(settings.DATA_DIR),
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir()),
+        # Stop at SIGTERM without the drain (5 s by default, for a Service to drop the pod's
+        # endpoint): it added 5 s to every server a test stops. test_web_drain sets its own.
+        "HOOKSVC_WEB_DRAIN_SECONDS": "0",
         **(extra_env or {}),
     }
 

@@ -5,6 +5,7 @@ Each part can be stopped, killed and restarted; the machine's shared services ar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -25,10 +26,19 @@ HOOK = "BeforeClusterUpgrade"
 class Stack:
     """PostgreSQL, Redis, gunicorn and Celery workers of one test, each one breakable."""
 
-    def __init__(self, root: Path, tls: servers.TLSFiles, workers: int = 1) -> None:
+    def __init__(
+        self,
+        root: Path,
+        tls: servers.TLSFiles,
+        workers: int = 1,
+        *,
+        migrated: private.PrivatePostgres | None = None,
+    ) -> None:
+        """`migrated`: a stopped cluster with hooksvc's schema (`migrated_postgres`), whose
+        copy this stack's PostgreSQL is; without it, a new cluster that `migrate` fills."""
         self.root = root
         self.tls = tls
-        self.pg = private.PrivatePostgres()
+        self.pg = private.PrivatePostgres(template=migrated)
         self.redis = private.PrivateRedis(root / "redis")
         self.pg.start()
         self.redis.start()
@@ -43,7 +53,8 @@ class Stack:
                 "HOOKSVC_DATA_DIR": str(root / "data"),
             },
         )
-        self.manage("migrate", "--noinput")
+        if migrated is None:
+            self.manage("migrate", "--noinput")
         self.web: subprocess.Popen[bytes] | None = None
         self.start_web()
         self.workers = [
@@ -60,6 +71,33 @@ class Stack:
         self._supervising = threading.Event()
         self._supervisor = threading.Thread(target=self._supervise, daemon=True)
         self._supervisor.start()
+
+    @staticmethod
+    def migrated_postgres(root: Path, tls: servers.TLSFiles) -> private.PrivatePostgres:
+        """A PostgreSQL cluster migrated by `manage.py migrate`, stopped, for stacks to copy
+        (`migrated`): initdb and migrate once rather than for each stack."""
+        pg = private.PrivatePostgres()
+        pg.start()
+        env = servers.server_env(
+            tls.server_dir,
+            servers.free_port(),
+            {
+                "DATABASE_URL": pg.url,
+                "HOOKSVC_STEP_MODULES": TEST_STEP_MODULES,
+                "HOOKSVC_DATA_DIR": str(root / "data"),
+            },
+        )
+        result = subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput"],
+            cwd=servers.ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        pg.stop()
+        return pg
 
     def _supervise(self) -> None:
         """Restart a worker that exits by itself, as Kubernetes (restartPolicy: Always) does.
@@ -127,11 +165,15 @@ class Stack:
         return dict(rows)
 
     def close(self) -> None:
+        """Throw the stack away. Its processes are killed, not stopped: a warm shutdown took
+        10-15 s a stack under load, and nothing of the stack is looked at after it."""
         self._supervising.set()
         self._supervisor.join()
         for worker in self.workers:
-            worker.stop()
+            if worker.process is not None:
+                with contextlib.suppress(ProcessLookupError):  # it had exited by itself
+                    worker.kill()
         if self.web is not None and self.web.poll() is None:
-            servers.stop_process(self.web)
+            self.kill_web()
         self.redis.stop()
         self.pg.remove()

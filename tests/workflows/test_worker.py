@@ -231,13 +231,21 @@ def test_a_flushed_redis_delays_waiting_runs_but_loses_none(
         "soak",
         retryAfterSeconds=1,
         steps=[
-            {"name": "w", "type": "wait", "with": {"seconds": 2}},
+            # The waits begin together, once the three runs are approved at once: begun with
+            # each run, one hook call after the other, the first was over before the third
+            # began on a loaded machine (over a second a call), never all three waiting.
+            {"name": "go", "type": "approval"},
+            {"name": "w", "type": "wait", "with": {"seconds": 2}, "dependsOn": ["go"]},
             {"name": "after", "type": "record", "dependsOn": ["w"]},
         ],
     )
     clusters = ["a", "b", "c"]
     for c in clusters:
         call_hook(hook_server, cluster=c)
+    approvals = StepRun.objects.filter(name="go", state="waiting")
+    wait_for(lambda: approvals.count() == 3, what="runs at their approval")
+    for run_id in list(approvals.values_list("run_id", flat=True)):
+        actions.step_approve(run_id=run_id, step_name="go", actor="test", reason="all at once")
     wait_for(
         lambda: StepRun.objects.filter(name="w", state="waiting").count() == 3, what="runs waiting"
     )

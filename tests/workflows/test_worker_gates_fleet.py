@@ -41,7 +41,8 @@ from workflows.models import KnownCluster, Run, StepRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-ALL = {"matchLabels": {"ring": "canary"}, "all": True, "pollSeconds": 5}
+# Polled every second, the least it may: each test waits for the gate's next look.
+ALL = {"matchLabels": {"ring": "canary"}, "all": True, "pollSeconds": 1}
 UPGRADE = ("BeforeClusterUpgrade", "AfterClusterUpgrade")
 
 
