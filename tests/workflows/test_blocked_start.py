@@ -86,7 +86,7 @@ def test_an_action_on_the_failed_run_wakes_it_due_at_once(
     assert second.wake_at == now[0], "due now: the reconciler sends it if the message is lost"
     scheduling.advance(second.pk)
     second.refresh_from_db()
-    if how in ("retry", "skip"):
+    if how == "retry":
         # The failed run goes on again: wait for it, looking again as any waiting run does.
         assert (
             second.message
@@ -94,7 +94,9 @@ def test_an_action_on_the_failed_run_wakes_it_due_at_once(
         )
         assert second.wake_at == now[0] + scheduling.START_RECHECK
     else:
-        # It started, and its one inline step ran to the end in the same advance.
+        # Released, or its failed run ended at once (the skip left no step unfinished, so
+        # it succeeded in the skip's transaction): it started, and its one inline step ran
+        # to the end in the same advance.
         assert (second.state, second.started_at is not None) == (Run.State.SUCCEEDED, True)
 
 

@@ -254,6 +254,16 @@ def _run_start(run: Run, now: datetime.datetime) -> Judged | None:
     return _judged(rows) if len(rows) == len(spec.steps) else None
 
 
+def settle(run: Run) -> None:
+    """Finish `run` now if its steps say so, in the caller's transaction and under the run's
+    lock it holds: an operator's skip of the last unfinished step ends the run at once, so
+    that a run's state never lags its steps' (the stateful test's invariant found a running
+    run whose steps were all skipped, until its `advance` message came)."""
+    now = clock.now()
+    steps, _, _ = _steps(run.pk, now)
+    _settle(run, steps, now, message=True)
+
+
 def _settle(run: Run, steps: list[StepRun], now: datetime.datetime, *, message: bool) -> None:
     """Finish the run when its steps say so; otherwise record what it is doing (`message`)."""
     name = run.template_name

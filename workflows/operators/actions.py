@@ -19,7 +19,15 @@ from django.db.models import Q, QuerySet
 
 from workflows import clock
 from workflows.definitions import typed
-from workflows.engine import dispatch, lifecycle, messages, observe, stepstate, transitions
+from workflows.engine import (
+    dispatch,
+    lifecycle,
+    messages,
+    observe,
+    scheduling,
+    stepstate,
+    transitions,
+)
 from workflows.models import Run, RunEvent, StepRun
 from workflows.operators import access, reasons
 from workflows.steps import memo as memo_keys
@@ -141,8 +149,13 @@ def _resume(run: Run, *, actor: access.Actor, reason: str) -> None:
     """A finished run goes on running: after a retry, or a skip of what stopped it.
 
     A deadline restarts from the resumption: the operator gives the run its full time
-    again (an old, passed deadline would fail or hold it at once).
+    again (an old, passed deadline would fail or hold it at once). The steps cancelled with
+    the run go back to waiting for their turn: left cancelled, nothing would ever finish
+    them, and the run would stay running for ever (the stateful test found it after a skip
+    resumed a cancelled run).
     """
+    for step in run.steps.filter(state=StepRun.State.CANCELLED):
+        stepstate.apply(step, lifecycle.requeued())
     seconds = typed.of(run.spec).deadline_seconds
     transitions.run_move(
         run,
@@ -188,9 +201,6 @@ def run_retry(*, run_id: int, actor: str | access.Actor, reason: str, step_name:
             )
         for step in steps:
             stepstate.apply(step, lifecycle.retried(step), actor=who.name, reason=reason)
-        # Steps that were cancelled with the run go back to waiting for their turn too.
-        for step in run.steps.filter(state=StepRun.State.CANCELLED):
-            stepstate.apply(step, lifecycle.requeued())
         if run.state in (Run.State.FAILED, Run.State.CANCELLED):
             _resume(run, actor=who, reason=reason)
         _record(run, "retry", actor=who, reason=reason, step_name=step_name)
@@ -285,6 +295,8 @@ def step_skip(*, run_id: int, step_name: str, actor: str | access.Actor, reason:
             and not run.steps.filter(state__in=[StepRun.State.FAILED]).exists()
         ):
             _resume(run, actor=who, reason=reason)
+        if run.state == Run.State.RUNNING:
+            scheduling.settle(run)
         _record(run, "skip", actor=who, reason=reason, step_name=step_name)
         _due_now(run)
         dispatch.advance([run.pk])
