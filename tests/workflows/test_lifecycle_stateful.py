@@ -145,6 +145,14 @@ class StepLives(RuleBasedStateMachine):
         """An attempt claims the step (a countdown or the reconciler sent it)."""
         self.held += self._claim(self._step(run, step))
 
+    @rule(data=st.data())
+    def claim_a_due_step(self, data: st.DataObject) -> None:
+        """A due step's countdown arrives: most messages find work (the rule above mostly
+        finds steps not due, which must claim nothing)."""
+        due = list(StepRun.objects.filter(state__in=StepRun.DUE).values_list("pk", flat=True))
+        if due:
+            self.held += self._claim(StepRun.objects.get(pk=data.draw(st.sampled_from(due))))
+
     @precondition(lambda self: self.held)
     @rule(data=st.data())
     def claim_while_held(self, data: st.DataObject) -> None:
