@@ -29,7 +29,9 @@ from workflows.engine import dispatch, scheduling
 from workflows.hookpath import answers
 from workflows.models import Run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Committed rows advanced in this process: no worker an earlier test left may advance them
+# too (under load one claimed the gate first, and the halt was not there yet to read).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_worker")]
 
 #: The failed canary's name: no page vic sees may carry it.
 SECRET = "b-canary-7"

@@ -136,8 +136,11 @@ def test_the_engine_announces_start_and_outcome_after_commit(
 
 
 @pytest.fixture
-def messages_sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
-    """Messages the engine sends, recorded instead of sent; a fresh pause of direct Events."""
+def messages_sent(
+    monkeypatch: pytest.MonkeyPatch, no_worker: None
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """Messages the engine sends, recorded instead of sent; a fresh pause of direct Events.
+    No worker runs: one an earlier test left would advance the committed run too."""
     sent: list[tuple[str, tuple[Any, ...]]] = []
     monkeypatch.setattr(dispatch, "broker", lambda name, args, countdown: sent.append((name, args)))
     monkeypatch.setattr(events, "_paused_until", 0.0)
