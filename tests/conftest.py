@@ -110,6 +110,18 @@ def _step_calls_see_the_tests_transaction(
     monkeypatch.setattr(calls, "on_calling_thread", True)
 
 
+@pytest.fixture(autouse=True)
+def _heartbeat_rests_after_each_test() -> Iterator[None]:
+    """The lease heartbeat of a test that claimed stops beating when the test ends. Beating
+    on into a test without database access, it logged a RuntimeError with its traceback,
+    and Python 3.11 parses source to underline a traceback (ast.parse): beside the main
+    thread's own ast.parse, the interpreter's shared AST state raised "AST constructor
+    recursion depth mismatch" in that test (CPython gh-106905; seen under load in
+    test_upstream_doc and test_lifecycle_home)."""
+    yield
+    leases.heartbeat.rest()
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
     """pytest-django's test database, and before it is dropped: the engine's own threads in

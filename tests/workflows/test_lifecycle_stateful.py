@@ -168,12 +168,16 @@ class StepLives(RuleBasedStateMachine):
     def attempt_kills_its_worker(self, pick: int, times: int) -> None:
         """A step type that kills its process, `times` attempts in a row: claimed, its
         worker dies before it records, the reaper frees the lease. The step's `unrecorded`
-        grows until the engine fails it (STEP_LOST_ATTEMPTS)."""
+        grows until the engine fails it (STEP_LOST_ATTEMPTS). Time moves on to each attempt."""
         step_id = self._due(pick)
         if not step_id:
             return
         for _ in range(times):
-            for attempt in self._claim(StepRun.objects.get(pk=step_id)):
+            # Each attempt as the step comes due (a retry's backoff, a poll's wait).
+            step = StepRun.objects.get(pk=step_id)
+            if step.due_at is not None and step.due_at > self.moment[0]:
+                self.moment[0] = step.due_at
+            for attempt in self._claim(step):
                 self._dies_in_its_code(attempt)
             workers.reap()
 
