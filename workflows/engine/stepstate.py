@@ -203,20 +203,10 @@ def apply_chain(
     """A success and the claim of the inline steps it makes due, one statement (queries.sql
     `succeed_and_claim_next`): None when the run is not running (nothing written); else
     whether the success was written (False: the lease was lost) and the claimed rows."""
-    columns = write.columns
     found = sql.named(
         "succeed_and_claim_next",
         {
-            "run": run_id,
-            "commit": _commit(route),
-            "id": step.pk,
-            "token": lease.token,
-            "owner": lease.owner,
-            "memo": json.dumps(columns["memo"]),
-            "output": json.dumps(columns["output"]),
-            "started_at": columns["started_at"],
-            "finished_at": columns["finished_at"],
-            "now": now,
+            **_success(step, write, lease=lease, route=route, run_id=run_id, now=now),
             "expires": expires,
             "inline": lifecycle.inline_types(),
         },
@@ -228,6 +218,32 @@ def apply_chain(
         return False, []
     _mirror(step, write)
     return True, [row for row in found if row["id"] is not None]
+
+
+def _success(
+    step: StepRun,
+    write: writes.Write,
+    *,
+    lease: Held,
+    route: writes.Route,
+    run_id: int,
+    now: datetime.datetime,
+) -> dict[str, Any]:
+    """The parameters of a success recorded by its lease, shared by the chain's statement
+    and the run's end."""
+    columns = write.columns
+    return {
+        "run": run_id,
+        "commit": _commit(route),
+        "id": step.pk,
+        "token": lease.token,
+        "owner": lease.owner,
+        "memo": json.dumps(columns["memo"]),
+        "output": json.dumps(columns["output"]),
+        "started_at": columns["started_at"],
+        "finished_at": columns["finished_at"],
+        "now": now,
+    }
 
 
 def apply_finish(
@@ -243,20 +259,10 @@ def apply_finish(
     `succeed_and_finish_run`): the run's row as finished, or None when nothing was written
     (the lease was lost, the run is not running or its deadline passed, or another step is
     unfinished again): then the run's scheduling decides."""
-    columns = write.columns
     found = sql.named(
         "succeed_and_finish_run",
         {
-            "run": run_id,
-            "commit": _commit(route),
-            "id": step.pk,
-            "token": lease.token,
-            "owner": lease.owner,
-            "memo": json.dumps(columns["memo"]),
-            "output": json.dumps(columns["output"]),
-            "started_at": columns["started_at"],
-            "finished_at": columns["finished_at"],
-            "now": now,
+            **_success(step, write, lease=lease, route=route, run_id=run_id, now=now),
             # A RunEvent's time is Django's (auto_now_add), as transitions.run_move's event.
             "at": timezone.now(),
         },
