@@ -28,6 +28,7 @@ from workflows.operators import actions
 
 pytestmark = pytest.mark.django_db
 
+
 def _statements(queries: Sequence[str]) -> list[str]:
     """The statements among `queries`, leaving out the savepoints of the test's transaction
     (the check that no transaction of the engine's is open while a step runs makes one)."""
