@@ -2,12 +2,13 @@
 event against the real engine functions and real PostgreSQL, on the held clock.
 
 Hypothesis's RuleBasedStateMachine drives two runs of one template (a scripted step, then
-a scripted step and an approval in parallel) through: claims, attempts' outcomes (poll,
-done, temporary and permanent errors), a worker that dies holding a lease (its heartbeat
-stops; the reaper frees it) or stalls and comes back late, time passing (leases, backoffs,
-timeouts, error budgets), messages delivered late, twice or never, batches, the
-reconciler, and operators (retry, cancel, approve, skip, release, a bypass). After every
-rule it checks:
+a scripted step and an approval in parallel, then three `noop`s, which a chain runs ahead of
+their claim) through: claims, attempts' outcomes (poll, done, temporary and permanent
+errors), a worker that dies holding a lease (its heartbeat stops; the reaper frees it) or
+stalls and comes back late, time passing (leases, backoffs, timeouts, error budgets),
+messages delivered late, twice or never (one lost, or all at once: a flushed broker),
+batches, the reconciler, and operators (retry, cancel, approve, skip, release, a bypass).
+After every rule it checks:
 
 - no step has two attempts that could both record (one live lease);
 - every unfinished step is inside its bound (docs/engine.md, "A step's life"): a due step of
@@ -74,7 +75,7 @@ from workflows.steps import registry
 HOOK = "BeforeClusterUpgrade"
 DEAD = "dead-host:1:0000dead"
 CLUSTERS = ("c0", "c1")
-STEPS = ("prepare", "work", "approve")
+STEPS = ("prepare", "work", "approve", "tally", "report", "close")
 #: The longest wait a scripted poll asks, and a retry's longest delay: a due time further
 #: ahead than now plus this is a bug.
 LONGEST_WAIT = 600
@@ -124,6 +125,11 @@ class StepLives(RuleBasedStateMachine):
                 {**step, "name": "prepare"},
                 {**step, "name": "work", "dependsOn": ["prepare"]},
                 {"name": "approve", "type": "approval", "dependsOn": ["prepare"]},
+                # A chain of inline steps, which the last success before it runs ahead of
+                # their claim (docs/engine.md, "Steps run ahead of their claim").
+                {"name": "tally", "type": "noop", "dependsOn": ["work", "approve"]},
+                {"name": "report", "type": "noop", "dependsOn": ["tally"]},
+                {"name": "close", "type": "noop", "dependsOn": ["report"]},
             ],
             retryAfterSeconds=30,
         )
