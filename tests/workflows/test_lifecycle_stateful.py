@@ -6,9 +6,9 @@ a scripted step and an approval in parallel, then three `noop`s, which a chain r
 their claim) through: claims, attempts' outcomes (poll, done, temporary and permanent
 errors), a worker that dies holding a lease (its heartbeat stops; the reaper frees it) or
 stalls and comes back late, time passing (leases, backoffs, timeouts, error budgets),
-messages delivered late, twice or never (one lost, or all at once: a flushed broker),
-batches, the reconciler, and operators (retry, cancel, approve, skip, release, a bypass).
-After every rule it checks:
+messages delivered late, twice or never (one lost, all at once: a flushed broker, or every
+one sent while the broker is away), batches, the reconciler, and operators (retry, cancel,
+approve, skip, release, a bypass). After every rule it checks:
 
 - no step has two attempts that could both record (one live lease);
 - every unfinished step is inside its bound (docs/engine.md, "A step's life"): a due step of
@@ -104,6 +104,8 @@ class StepLives(RuleBasedStateMachine):
 
     #: Set by the test: the broker's messages land here, and the clock is this list's one item.
     outbox: list[tuple[str, tuple[Any, ...]]]
+    #: Whether the broker is away: a message sent meanwhile is lost (dispatch logs it).
+    broker_down: list[bool]
     moment: list[datetime.datetime]
     wrong_writes: list[str]
 
@@ -115,6 +117,7 @@ class StepLives(RuleBasedStateMachine):
                 " workflows_workerbeat, workflows_hookcall CASCADE"
             )
         self.outbox.clear()
+        self.broker_down[0] = False
         self.wrong_writes.clear()
         steps_for_tests.SCRIPT.clear()
         self.moment[0] = timezone.now().replace(microsecond=0)
@@ -266,6 +269,13 @@ class StepLives(RuleBasedStateMachine):
         self.outbox.clear()
 
     @rule()
+    def broker_outage_toggles(self) -> None:
+        """The broker goes away, or comes back. Every message sent meanwhile, a transition's
+        commit included, is lost (dispatch logs it and the transaction stands); the work is
+        found again only by the reconciler's pass over what is recorded."""
+        self.broker_down[0] = not self.broker_down[0]
+
+    @rule()
     def batch(self) -> None:
         polls.poll_due()
 
@@ -373,6 +383,7 @@ class StepLives(RuleBasedStateMachine):
     def teardown(self) -> None:
         steps_for_tests.SCRIPT.clear()
         steps_for_tests.SCRIPT_DEFAULT[0] = registry.Done({"drained": True})
+        self.broker_down[0] = False
         try:
             if self.bypass is not None:
                 bypasses.bypass_end(bypass_id=self.bypass, actor="ops", reason="over")
@@ -461,13 +472,21 @@ def world(monkeypatch: pytest.MonkeyPatch, no_worker: None) -> Iterator[None]:
     outbox: list[tuple[str, tuple[Any, ...]]] = []
     moment = [timezone.now()]
     wrong: list[str] = []
-    monkeypatch.setattr(dispatch, "broker", lambda name, args, _: outbox.append((name, args)))
+    broker_down = [False]
+
+    def broker(name: str, args: tuple[Any, ...], _countdown: float | None) -> None:
+        if broker_down[0]:
+            raise ConnectionError("the broker is away")
+        outbox.append((name, args))
+
+    monkeypatch.setattr(dispatch, "broker", broker)
     monkeypatch.setattr(clock, "now", lambda: moment[0])
     # Dead is the DEAD owner's heartbeat, an hour old: this process's own is written on the
     # real clock, and only while it claims or holds leases, so on a loaded machine the
     # reaper would take it for dead between a claim and its outcome after the default 10 s.
     monkeypatch.setattr(settings, "WORKER_DEAD_SECONDS", 1800)
-    StepLives.outbox, StepLives.moment, StepLives.wrong_writes = outbox, moment, wrong
+    StepLives.outbox, StepLives.broker_down = outbox, broker_down
+    StepLives.moment, StepLives.wrong_writes = moment, wrong
 
     def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         text = sql.lstrip().upper()
