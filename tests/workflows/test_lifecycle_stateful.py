@@ -167,13 +167,17 @@ class StepLives(RuleBasedStateMachine):
 
     @rule(pick=PICK, outcome=OUTCOMES)
     def a_due_step_runs(self, pick: int, outcome: Any) -> None:
-        """The common case, in one event: a due step's message arrives and its attempt runs
-        to an outcome. (As two events, a claim and an outcome, runs seldom got far enough in
-        an example for a later step to fail.)"""
+        """The common case, in one event: time passes to a due step's moment, its message
+        arrives and its attempt runs to an outcome. (As separate events, runs seldom got far
+        enough in an example for a later step to fail.)"""
         step_id = self._due(pick)
-        if step_id:
-            for attempt in self._claim(StepRun.objects.get(pk=step_id)):
-                self._attempt(attempt, outcome)
+        if not step_id:
+            return
+        step = StepRun.objects.get(pk=step_id)
+        if step.due_at is not None and step.due_at > self.moment[0]:
+            self.moment[0] = step.due_at
+        for attempt in self._claim(step):
+            self._attempt(attempt, outcome)
 
     @precondition(lambda self: self.held)
     @rule(data=st.data())
