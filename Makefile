@@ -136,7 +136,7 @@ bench-fleet-10000: $(STAMP) services
 		$(PY) -m bench.run --only fleet --output docs/fleet-10000.md
 
 # Issue 30: fixed against computed retryAfterSeconds on a saturated box, passes alternated in
-# one run (BENCH_SAT_CLUSTERS, BENCH_SAT_ARRIVALS, BENCH_SAT_PAIRS; about 20 minutes).
+# one run (BENCH_SAT_CLUSTERS, BENCH_SAT_ARRIVALS, BENCH_SAT_PAIRS; 47 minutes on a loaded box).
 bench-saturation: $(STAMP) services
 	$(PY) -m bench.fleet_saturation
 

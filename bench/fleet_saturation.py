@@ -10,7 +10,8 @@ BENCH_SAT_PAIRS pairs of them (default 2), each a fresh stack driving the same f
 median of each mode's passes side by side. The fleet is sized to saturate a 2-core box in
 a few minutes: BENCH_SAT_CLUSTERS clusters (default 400) starting BENCH_SAT_ARRIVALS per
 second (default 40), BENCH_FLEET_WORK_SECONDS and BENCH_FLEET_RETRY_AFTER as the fleet's.
-Opt-in: not part of `make bench` or `make test`; about 8 minutes at the defaults.
+Opt-in: not part of `make bench` or `make test`. Four passes at the defaults took 47
+minutes on this 2-core box while other work kept it loaded; fewer clusters shorten it.
 """
 
 from __future__ import annotations
