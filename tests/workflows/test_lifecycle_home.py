@@ -4,8 +4,8 @@ Covers, by reading the code: the files that decide or write a step's state are e
 docs/architecture.md lists ("What decides a step's next state": a Write is made only in
 workflows/engine/lifecycle.py; a step's row is written only by workflows/engine/stepstate.py,
 through the ORM or the statements of queries.sql that write it; the rules PostgreSQL judges
-are functions of one migration); the step types' flags are read only by lifecycle; the
-hook's answer is made only in the files the same page lists ("What decides a hook's
+are functions of the migrations that define them); the step types' flags are read only by
+lifecycle; the hook's answer is made only in the files the same page lists ("What decides a hook's
 answer"), each of which takes part in it; lifecycle reaches no database code; every claim
 statement writes exactly lifecycle.CLAIM_COLUMNS (and started_at), a repeated poll exactly
 lifecycle.REPEAT_COLUMNS, the chain's, the run's end's and the first poll's statements
@@ -108,7 +108,8 @@ def _runs_step_writes(text: str) -> bool:
 def _rule_migrations() -> set[str]:
     found = set()
     for path in sorted((ROOT / "workflows" / "migrations").glob("*.py")):
-        if "CREATE FUNCTION workflows_step_claimable" in path.read_text():
+        text = path.read_text()
+        if re.search(r"CREATE FUNCTION workflows_step_(claimable|deps_done|last)\(", text):
             found.add(str(path.relative_to(ROOT)))
     return found
 
@@ -224,8 +225,8 @@ def test_every_claim_writes_what_lifecycle_says_a_claim_writes() -> None:
         [columns] = _set_columns(sql.QUERIES[name])
         extra = promote if name == "claim_promoted" else set()
         assert columns == expected | extra, name
-    # The chain's statement: its second UPDATE promotes and claims.
-    _, promoted = _set_columns(sql.QUERIES["succeed_and_claim_next"])
+    # The chain's statement: its third UPDATE promotes and claims.
+    _, _, promoted = _set_columns(sql.QUERIES["succeed_and_claim_next"])
     assert promoted == expected | promote
 
 
@@ -237,8 +238,12 @@ def _result(outcome: registry.Outcome, state: str) -> writes.Result:
 
 def test_each_fast_path_writes_the_columns_of_the_one_write() -> None:
     done = lifecycle.after(_result(registry.Done({"x": 1}), states.Step.READY))
-    [recorded, _] = _set_columns(sql.QUERIES["succeed_and_claim_next"])
+    [recorded, ran, _] = _set_columns(sql.QUERIES["succeed_and_claim_next"])
     assert recorded == {"state", *done.columns}
+    # A step run ahead of its claim is written as a success by its lease would be.
+    ahead = lifecycle.ahead(_result(registry.Done({"x": 1}), states.Step.PENDING))
+    assert ahead is not None and ahead.allowed_from == (states.Step.PENDING,)
+    assert ran == {"state", *ahead.columns} == recorded
     [ends, _run] = _set_columns(sql.QUERIES["succeed_and_finish_run"])
     assert ends == {"state", *done.columns}
     poll = registry.Poll(after=3, output={"y": 2})

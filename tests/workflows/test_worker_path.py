@@ -1,6 +1,7 @@
 """The worker path in-process (no worker): what a step costs, what it records, what is re-sent.
 
-Covers: a `noop` step of a chain is one statement; routine step progress writes no
+Covers: a chain of `noop` steps is two statements whatever its length (steps run ahead of
+their claim, written only as their code saw them); routine step progress writes no
 RunEvent while run transitions do; a repeated poll updates only its step's row; the
 reconciler sends an overdue run or its overdue ready steps, never both.
 """
@@ -27,11 +28,11 @@ from workflows.operators import actions
 
 pytestmark = pytest.mark.django_db
 
-#: The most queries one further `noop` step in a chain may cost: one statement records its
-#: success by lease and claims the next (stepstate.SUCCEED_AND_CLAIM_NEXT); in a test case, the
-#: check that no transaction of the engine's is open while the step runs adds a savepoint
-#: and its release.
-QUERIES_PER_CHAINED_NOOP_STEP = 3
+
+def _statements(queries: Sequence[str]) -> list[str]:
+    """The statements among `queries`, leaving out the savepoints of the test's transaction
+    (the check that no transaction of the engine's is open while a step runs makes one)."""
+    return [q for q in queries if q.split()[0] not in ("SAVEPOINT", "RELEASE")]
 
 
 @pytest.fixture
@@ -67,26 +68,72 @@ def _noop_chain(length: int) -> list[dict[str, Any]]:
     ]
 
 
-def test_a_noop_chain_takes_one_statement_per_step(
+def test_a_noop_chain_takes_two_statements_whatever_its_length(
     sent: list[tuple[str, Any]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The first chain statement records the first step and claims the second, and returns
+    the run's pending steps; the second step's success runs the next eight ahead of their
+    claim and the second chain statement records all nine and claims the last, whose success
+    ends the run. Was one statement per step (ten for eleven steps) until the steps run
+    ahead (docs/engine.md, "Steps run ahead of their claim")."""
     short = _run("one", _noop_chain(1), cluster="a")
     long = _run("eleven", _noop_chain(11), cluster="b")
     with CaptureQueriesContext(connection) as one_step:
         scheduling.advance(short.pk)
     commits = _count_schedules(monkeypatch)
+    chained = _count_chain_records(monkeypatch)
     with CaptureQueriesContext(connection) as eleven_steps:
         scheduling.advance(long.pk)
-    one, eleven = wf.without_heartbeat(one_step), wf.without_heartbeat(eleven_steps)
-    assert len(eleven) <= len(one) + 10 * QUERIES_PER_CHAINED_NOOP_STEP, eleven
-    # The run is scheduled (under its lock) when it starts; then each step's success and the
-    # next step's claim are one statement, and the last step's success and the run's end
-    # another (queries.sql `succeed_and_finish_run`); no step's code runs inside a
+    one = _statements(wf.without_heartbeat(one_step))
+    eleven = _statements(wf.without_heartbeat(eleven_steps))
+    assert len(eleven) == len(one) + 2, eleven
+    # The run is scheduled (under its lock) when it starts; no step's code runs inside a
     # transaction (attempts.run checks).
     assert commits == [long.pk]
-    assert set(StepRun.objects.filter(run=long).values_list("state", flat=True)) == {"succeeded"}
+    steps = {s.name: s for s in StepRun.objects.filter(run=long)}
+    assert chained == [steps["s0"].pk, steps["s1"].pk]
+    assert {s.state for s in steps.values()} == {"succeeded"}
+    assert all(s.started_at and s.finished_at for s in steps.values())
+    # A step run ahead was never claimed: no lease token was handed out for it.
+    assert [steps[f"s{n}"].claims for n in range(11)] == [1, 1] + [0] * 8 + [1]
     assert Run.objects.get(pk=long.pk).state == "succeeded"
+
+
+def test_steps_run_ahead_are_written_only_if_each_is_still_as_their_code_saw_it(
+    sent: list[tuple[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An operator skips a step after the chain ran it ahead and before its statement: none
+    of the steps run ahead is written (the skip stands), and the run goes on as if none had
+    run: the steps are claimed and run again in their turn."""
+    run = _run("five", _noop_chain(5))
+    run_ahead = attempts._run_ahead
+    written: list[int] = []
+
+    def then_skip(tried: attempts.Tried) -> list[attempts.Ahead]:
+        ahead = run_ahead(tried)
+        if ahead and not written:
+            assert [step.name for step, *_ in ahead] == ["s2", "s3"]
+            actions.step_skip(run_id=run.pk, step_name="s2", actor="ops", reason="not needed")
+        written.extend(step.pk for step, *_ in ahead)
+        return ahead
+
+    monkeypatch.setattr(attempts, "_run_ahead", then_skip)
+    scheduling.advance(run.pk)
+    steps = {s.name: s for s in StepRun.objects.filter(run=run)}
+    assert {n: s.state for n, s in steps.items()} == {
+        "s0": "succeeded",
+        "s1": "succeeded",
+        "s2": "skipped",
+        "s3": "succeeded",
+        "s4": "succeeded",
+    }
+    assert steps["s2"].message == "skipped by an operator"
+    # s3 was run ahead and not written; it was claimed in its turn (the run's scheduling,
+    # since s2's skip, not the chain, made it due).
+    assert steps["s3"].claims == 1
+    assert Run.objects.get(pk=run.pk).state == "succeeded"
 
 
 def test_routine_step_progress_writes_no_events_but_run_transitions_do(

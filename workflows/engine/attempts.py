@@ -221,20 +221,88 @@ def record_fast(tried: Tried) -> Fast | None:
         return Fast(claimed=[], settle=False, finished=finished)
     if route.path is not writes.Path.CHAIN:
         return None
+    ahead = _run_ahead(tried)
+    now = clock.now()
     seconds = settings.STEP_LEASE_SECONDS
     expires = now + datetime.timedelta(seconds=seconds)
-    applied = stepstate.apply_chain(
-        step, write, lease=lease, route=route, run_id=attempt.run.pk, now=now, expires=expires
+    chained = stepstate.apply_chain(
+        step,
+        write,
+        lease=lease,
+        route=route,
+        run_id=attempt.run.pk,
+        now=now,
+        expires=expires,
+        ahead=[(each, each_write, seen) for each, each_write, seen, _ in ahead],
     )
-    if applied is None:
+    if chained is None:
         return None  # the run is not running: its scheduling decides
-    written, rows = applied
-    if not written:
+    if not chained.recorded:
         _dropped(tried)
         return Fast(claimed=[], settle=True)
     _told(tried, write)
-    claimed = [claims.attempt_of(row, owner=lease.owner, seconds=seconds) for row in rows]
+    if chained.ran:
+        for each, each_write, _, each_result in ahead:
+            _tell(attempt.run, each, each_result, each_write)
+    left = chained.left if len(chained.claimed) == 1 else []
+    claimed = [
+        claims.attempt_of(row, owner=lease.owner, seconds=seconds, left=left)
+        for row in chained.claimed
+    ]
     return Fast(claimed=claimed, settle=not claimed)
+
+
+#: A step run ahead of its claim: the step, its Write, the memo its code saw, its Result.
+Ahead = tuple[StepRun, writes.Write, dict[str, Any], writes.Result]
+
+
+def _run_ahead(tried: Tried) -> list[Ahead]:
+    """The pending steps of the run that the success of `tried` lets its chain run ahead of
+    their claim (lifecycle.may_run_ahead, in their order, each once), and whose outcome is a
+    success (lifecycle.ahead): the chain's statement records them with it. One pending step
+    at least is left (the run's end is the claim's, Path.FINISH); what is not done here is
+    claimed and run in its turn."""
+    attempt = tried.attempt
+    if not attempt.left:
+        return []
+    leases.no_transaction_open()
+    run = attempt.run
+    pending = {row["name"]: row for row in attempt.left}
+    done = {attempt.step.name}
+    ran: list[Ahead] = []
+    looked: set[str] = set()
+    progress = True
+    while progress:
+        progress = False
+        for name, row in pending.items():
+            if name in looked or len(pending) - len(ran) < 2:
+                continue
+            step = claims.step_of(row, run)
+            if not lifecycle.may_run_ahead(step, done=done, pending=set(pending) - done):
+                continue
+            looked.add(name)
+            at = clock.now()
+            ctx = registry.StepContext.of(run, step)
+            ctx.now = at
+            seen = dict(step.memo)
+            stopped = lifecycle.before_call(step, at)
+            outcome = stopped or execute_once(ctx, observe.log_fields(run, step))
+            result = writes.Result(
+                step=step,
+                run_name=run.template_name,
+                outcome=outcome,
+                memo=ctx.memo,
+                at=at,
+                started=step.started_at or at,
+                ended=max(at, clock.now()),
+            )
+            write = lifecycle.ahead(result)
+            if write is None:
+                continue
+            done.add(name)
+            ran.append((step, write, seen, result))
+            progress = True
+    return ran
 
 
 def record_scheduled(tried: Tried, *, run: Any) -> writes.Write | None:
@@ -253,8 +321,11 @@ def record_scheduled(tried: Tried, *, run: Any) -> writes.Write | None:
 
 def _told(tried: Tried, write: writes.Write) -> None:
     """The log line and the metric of a recorded outcome that moved its step."""
-    step, result = tried.attempt.step, tried.result
-    fields = observe.log_fields(tried.attempt.run, step)
+    _tell(tried.attempt.run, tried.attempt.step, tried.result, write)
+
+
+def _tell(run: Any, step: StepRun, result: writes.Result, write: writes.Write) -> None:
+    fields = observe.log_fields(run, step)
     if write.to == StepRun.State.SUCCEEDED:
         logger.info("step succeeded", extra={"action": "step_succeeded", **fields})
     elif write.to == StepRun.State.FAILED:

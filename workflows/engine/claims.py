@@ -32,6 +32,9 @@ class Attempt:
     lease: leases.Lease
     #: No other step of the run was unfinished when it was claimed: its success ends the run.
     last: bool = False
+    #: The run's pending steps (rows with params and memo), when a chain claimed this step
+    #: alone and no other step of the run was unfinished: what its success may run ahead.
+    left: tuple[dict[str, Any], ...] = ()
 
 
 def claim(
@@ -67,13 +70,22 @@ RUN_COLUMNS = ("context", "hook", "cluster_namespace", "cluster_name", "template
 _STEP_COLUMNS = frozenset(f.attname for f in StepRun._meta.concrete_fields)
 
 
-def attempt_of(row: dict[str, Any], *, owner: str, seconds: float) -> Attempt:
-    """The Attempt of a claimed row (a step's columns, its run's RUN_COLUMNS, `last`)."""
+def attempt_of(
+    row: dict[str, Any], *, owner: str, seconds: float, left: Sequence[dict[str, Any]] = ()
+) -> Attempt:
+    """The Attempt of a claimed row (a step's columns, its run's RUN_COLUMNS, `last`), and
+    the run's pending steps `left` (Attempt.left)."""
     run = Run(id=row["run_id"], state=Run.State.RUNNING, **{c: row[c] for c in RUN_COLUMNS})
-    step = StepRun(**{c: v for c, v in row.items() if c in _STEP_COLUMNS})
-    step.run = run
+    step = step_of(row, run)
     bound = float(row["call_timeout_seconds"] or 0)
     lease = leases.Lease(
         step_id=step.pk, token=step.claims, owner=owner, seconds=seconds, bound=bound
     )
-    return Attempt(run=run, step=step, lease=lease, last=bool(row["last"]))
+    return Attempt(run=run, step=step, lease=lease, last=bool(row["last"]), left=tuple(left))
+
+
+def step_of(row: dict[str, Any], run: Run) -> StepRun:
+    """The StepRun of a row a claim (or the chain's statement) returned, of `run`."""
+    step = StepRun(**{c: v for c, v in row.items() if c in _STEP_COLUMNS})
+    step.run = run
+    return step

@@ -236,6 +236,31 @@ def after(result: Result) -> Write:
     return _by_lease(Step.FAILED, failed, event=Event.TRANSITION, cleanup=_cleans_up(step))
 
 
+def ahead(result: Result) -> Write | None:
+    """The Write of an inline step run ahead of its claim (a chain runs a pending step whose
+    dependencies its own successes make done, and records it with them: queries.sql
+    `succeed_and_claim_next`): pending -> succeeded, as a success by lease writes it, when
+    its outcome is done; None otherwise (it is claimed and run again in its turn). Sound
+    because an inline step's code is pure (no I/O, no side effect: running it again, or
+    twice at once, comes to the same), and the statement writes it only while its row is
+    still pending with the memo its code saw, under its run's lock: docs/engine.md, "Steps
+    run ahead of their claim"."""
+    if not inline(result.step.type) or not isinstance(result.outcome, registry.Done):
+        return None
+    done = after(result)
+    return Write(done.to, done.columns, allowed_from=(Step.PENDING,))
+
+
+def may_run_ahead(step: StepRow, *, done: set[str], pending: set[str]) -> bool:
+    """Whether a chain runs the pending `step` ahead of its claim: it is inline, and each of
+    its dependencies is done here (`done`: the chain's success, and the steps run ahead
+    before it) or is no pending step (`pending`; the chain's statement gives a run's pending
+    steps only when no other step of it is unfinished). PostgreSQL judges it again as it
+    writes (workflows_step_deps_done): this only spares running what would not be written."""
+    depends_on = step.depends_on or []
+    return inline(step.type) and all(d in done or d not in pending for d in depends_on)
+
+
 def _by_lease(to: str, columns: Mapping[str, Any], **follow: Any) -> Write:
     return Write(to, columns, allowed_from=STEP_DUE, by_lease=True, **follow)
 

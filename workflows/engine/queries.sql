@@ -83,13 +83,21 @@ RETURNING s.*, r.context, r.hook, r.cluster_namespace, r.cluster_name, r.templat
 
 -- name: succeed_and_claim_next
 -- The chain's one statement (lifecycle Path.CHAIN): lock the run (it must be running),
--- record a step's success by its lease (lifecycle.after's Write: %(columns)s below), and
--- promote and claim the pending steps of the inline types %(inline)s that this success
--- makes due (their other dependencies done). A dependent it cannot promote alone is left
--- to the run's scheduling. Parameters: run, commit (synchronous_commit: on or off), id,
--- token, owner, memo and output (JSON text), started_at, finished_at, now, expires, inline.
--- Returns no row when the run is not running; else one row per claimed step, or one with
--- NULL step columns: `recorded` (1, or 0 when the lease was lost), the claimed step, its
+-- record a step's success by its lease (lifecycle.after's Write: `recorded` below), record
+-- the steps run ahead of their claim (lifecycle.ahead's Write: `ran`), and promote and
+-- claim the pending steps of the inline types %(inline)s that these successes make due
+-- (their other dependencies done). Steps run ahead are pending inline steps whose code ran
+-- after the recorded one's: all of them are written, or none (one is no longer pending, its
+-- memo is not the one its code saw, or a dependency is not done), and then the claim is as
+-- if none had run. A dependent it cannot promote alone is left to the run's scheduling.
+-- Parameters: run, commit (synchronous_commit: on or off), id, token, owner, memo and
+-- output (JSON text), started_at, finished_at, now, expires, inline; arrays for the steps
+-- run ahead: ahead_ids, ahead_seen (the memo their code saw), ahead_memo, ahead_output
+-- (JSON text), ahead_started_at, ahead_finished_at. Returns no row when the run is not
+-- running; else one row per claimed step (`claimed`) and, when it claimed one step and no
+-- other step of the run is ready or waiting, one per pending step left (not `claimed`:
+-- what the next chain may run ahead), or one with NULL step columns: `recorded` (1, or 0
+-- when the lease was lost), `ran` (how many steps run ahead were written), the step, its
 -- run's columns, `last`.
 WITH locked AS MATERIALIZED (
     SELECT r.id AS locked_run, r.context, r.hook, r.cluster_namespace, r.cluster_name,
@@ -105,6 +113,38 @@ WITH locked AS MATERIALIZED (
     WHERE s.id = %(id)s AND s.run_id = locked.locked_run AND s.claims = %(token)s
       AND s.lease_owner = %(owner)s AND s.state IN ('ready', 'waiting')
     RETURNING s.id AS recorded_id, s.name AS recorded_name, s.run_id AS recorded_run
+), ahead AS MATERIALIZED (
+    SELECT a.id, a.name, a.depends_on, v.memo, v.output, v.started_at, v.finished_at
+    FROM recorded, unnest(
+        %(ahead_ids)s::bigint[], %(ahead_seen)s::jsonb[], %(ahead_memo)s::jsonb[],
+        %(ahead_output)s::jsonb[], %(ahead_started_at)s::timestamptz[],
+        %(ahead_finished_at)s::timestamptz[]
+    ) AS v(id, seen, memo, output, started_at, finished_at)
+    JOIN workflows_steprun AS a ON a.id = v.id
+    WHERE a.run_id = recorded.recorded_run AND a.state = 'pending' AND a.memo = v.seen
+      AND a.type = ANY(%(inline)s::text[])
+), taken AS MATERIALIZED (
+    SELECT recorded.recorded_id, recorded.recorded_run,
+        CASE WHEN every.ok THEN recorded.recorded_name || a.names
+            ELSE ARRAY[recorded.recorded_name] END AS names,
+        CASE WHEN every.ok THEN a.ids ELSE '{}'::bigint[] END AS ids
+    FROM recorded, LATERAL (
+        SELECT coalesce(array_agg(ahead.name), '{}'::varchar[]) AS names,
+            coalesce(array_agg(ahead.id), '{}'::bigint[]) AS ids
+        FROM ahead
+    ) AS a, LATERAL (
+        SELECT count(*) = cardinality(%(ahead_ids)s::bigint[]) AS ok FROM ahead
+        WHERE workflows_step_deps_done(
+            recorded.recorded_run, ahead.depends_on, recorded.recorded_name || a.names)
+    ) AS every
+), ran AS (
+    UPDATE workflows_steprun AS s
+    SET state = 'succeeded', memo = ahead.memo, output = ahead.output,
+        message = '', started_at = ahead.started_at, finished_at = ahead.finished_at,
+        due_at = NULL, lease_owner = '', lease_expires_at = NULL, unrecorded = 0
+    FROM ahead, taken
+    WHERE s.id = ahead.id AND s.id = ANY(taken.ids)
+    RETURNING s.id
 ), promoted AS (
     UPDATE workflows_steprun AS p
     SET state = 'ready',
@@ -115,15 +155,28 @@ WITH locked AS MATERIALIZED (
         unrecorded = p.unrecorded + 1,
         lost_by = CASE WHEN p.lease_owner <> '' THEN p.lease_owner ELSE p.lost_by END,
         started_at = coalesce(p.started_at, %(now)s)
-    FROM recorded
-    WHERE p.run_id = recorded.recorded_run AND p.state = 'pending'
-      AND p.type = ANY(%(inline)s::text[]) AND p.depends_on ? recorded.recorded_name
-      AND workflows_step_deps_done(p.run_id, p.depends_on, recorded.recorded_name)
-    RETURNING p.*, workflows_step_last(p.run_id, p.id, recorded.recorded_id) AS last
+    FROM taken
+    WHERE p.run_id = taken.recorded_run AND p.state = 'pending' AND NOT p.id = ANY(taken.ids)
+      AND p.type = ANY(%(inline)s::text[]) AND p.depends_on ?| taken.names
+      AND workflows_step_deps_done(p.run_id, p.depends_on, taken.names)
+    RETURNING p.*, workflows_step_last(p.run_id, p.id, taken.recorded_id || taken.ids) AS last
+), left_over AS (
+    SELECT o.*, false AS last FROM workflows_steprun AS o, taken
+    WHERE o.run_id = taken.recorded_run AND o.state = 'pending' AND NOT o.id = ANY(taken.ids)
+      AND o.id NOT IN (SELECT id FROM promoted) AND (SELECT count(*) FROM promoted) = 1
+      AND NOT EXISTS (
+          SELECT 1 FROM workflows_steprun AS b
+          WHERE b.run_id = taken.recorded_run AND b.state IN ('ready', 'waiting')
+            AND b.id <> taken.recorded_id
+      )
 )
-SELECT (SELECT count(*) FROM recorded) AS recorded, promoted.*, locked.context, locked.hook,
-    locked.cluster_namespace, locked.cluster_name, locked.template_name
-FROM locked LEFT JOIN promoted ON true;
+SELECT (SELECT count(*) FROM recorded) AS recorded, (SELECT count(*) FROM ran) AS ran,
+    rows.*, locked.context, locked.hook, locked.cluster_namespace, locked.cluster_name,
+    locked.template_name
+FROM locked LEFT JOIN (
+    SELECT promoted.*, true AS claimed FROM promoted
+    UNION ALL SELECT left_over.*, false FROM left_over
+) AS rows ON true;
 
 
 -- name: succeed_and_finish_run

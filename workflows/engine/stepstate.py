@@ -19,6 +19,7 @@ meanwhile finds its lease lost and its outcome is dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from collections.abc import Sequence
@@ -199,25 +200,55 @@ def apply_chain(
     run_id: int,
     now: datetime.datetime,
     expires: datetime.datetime,
-) -> tuple[bool, list[dict[str, Any]]] | None:
-    """A success and the claim of the inline steps it makes due, one statement (queries.sql
-    `succeed_and_claim_next`): None when the run is not running (nothing written); else
-    whether the success was written (False: the lease was lost) and the claimed rows."""
+    ahead: Sequence[tuple[StepRun, writes.Write, dict[str, Any]]] = (),
+) -> Chained | None:
+    """A success, the steps run ahead of their claim (each with its Write and the memo its
+    code saw: all written or none), and the claim of the inline steps they make due, one
+    statement (queries.sql `succeed_and_claim_next`): None when the run is not running
+    (nothing written); else what was written and claimed."""
     found = sql.named(
         "succeed_and_claim_next",
         {
             **_success(step, write, lease=lease, route=route, run_id=run_id, now=now),
             "expires": expires,
             "inline": lifecycle.inline_types(),
+            "ahead_ids": [s.pk for s, _, _ in ahead],
+            "ahead_seen": [json.dumps(seen) for _, _, seen in ahead],
+            "ahead_memo": [json.dumps(w.columns["memo"]) for _, w, _ in ahead],
+            "ahead_output": [json.dumps(w.columns["output"]) for _, w, _ in ahead],
+            "ahead_started_at": [w.columns["started_at"] for _, w, _ in ahead],
+            "ahead_finished_at": [w.columns["finished_at"] for _, w, _ in ahead],
         },
         json=CLAIM_JSON,
     )
     if not found:
         return None
     if not found[0]["recorded"]:
-        return False, []
+        return Chained(recorded=False, ran=[], claimed=[], left=[])
     _mirror(step, write)
-    return True, [row for row in found if row["id"] is not None]
+    ran = [s for s, _, _ in ahead] if found[0]["ran"] else []
+    for each, each_write, _ in ahead if ran else ():
+        _mirror(each, each_write)
+    rows = [row for row in found if row["id"] is not None]
+    return Chained(
+        recorded=True,
+        ran=ran,
+        claimed=[row for row in rows if row["claimed"]],
+        left=[row for row in rows if not row["claimed"]],
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Chained:
+    """What the chain's statement wrote: the success (False: its lease was lost, nothing
+    written), the steps run ahead (none, or all that were given), the claimed rows, and the
+    run's pending steps left when it claimed one step and nothing else of the run is
+    unfinished (what the next chain may run ahead)."""
+
+    recorded: bool
+    ran: list[StepRun]
+    claimed: list[dict[str, Any]]
+    left: list[dict[str, Any]]
 
 
 def _success(

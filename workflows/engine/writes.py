@@ -24,6 +24,7 @@ class StepRow(Protocol):
     type: str
     name: str
     params: Any
+    depends_on: Any
     failures: int
     failing_since: datetime.datetime | None
     retries: int
