@@ -138,7 +138,8 @@ def test_the_watcher_survives_an_api_server_restart_and_resumes_where_it_was(
     apply(tmp_path, profile("prod"))
     listed = lists(kube)
     kube.stop()
-    time.sleep(1.5)  # the watcher meets a closed port and backs off
+    # Not a fixed pause, which a loaded machine could pass before the watcher tried at all.
+    wait_for("the watcher to meet the closed port", lambda: running.failures > 0)
     kube.put_object(cluster("plain", topology=False, deleting=True, uid="u-plain"))
     kube.start()
     wait_for("the removal run", lambda: bool(removals()))

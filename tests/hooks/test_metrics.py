@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +78,33 @@ def served(samples: Samples, name: str, **labels: str) -> float:
     return samples[key]
 
 
+@pytest.fixture
+def own_metrics(
+    tls_files: servers.TLSFiles, tmp_path: Path, no_worker: None
+) -> Iterator[servers.HookServer]:
+    """A web server and a worker counting into a directory of their own, the session's worker
+    stopped (it would take the steps and count them elsewhere).
+
+    The session's directory (servers.metrics_dir) is shared by every server and worker the
+    session starts (fault stacks' too), and /metrics sums every file in it: a call that any
+    of them answered between this test's two scrapes counted as this test's (under load,
+    once, 5 calls passed where 1 was expected). Here every value is this test's own."""
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}
+    worker = Worker(tmp_path / "data", tmp_path / "worker.log", env=env)
+    worker.start()
+    try:
+        with servers.hook_server(tls_files.server_dir, tmp_path / "web.log", extra_env=env) as web:
+            yield web
+    finally:
+        worker.stop()
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_metrics_count_hook_answers_runs_and_the_workers_steps(
-    hook_server: servers.HookServer, worker: Worker
+    own_metrics: servers.HookServer,
 ) -> None:
+    hook_server = own_metrics
     wf.template(
         "metrics-gate",
         retryAfterSeconds=1,
@@ -105,8 +128,8 @@ def test_metrics_count_hook_answers_runs_and_the_workers_steps(
         ],
         clusterSelector={"namespaces": ["broken"]},
     )
-    # Counters are cumulative over the session's servers: compare against a first scrape.
-    before = get_metrics(hook_server)
+    # Nothing else counts in this directory: every value below is this test's.
+    assert not [name for name, _ in get_metrics(hook_server) if name.startswith("hooksvc_hook_")]
 
     gated = capi.cluster_v1beta2(name="m1", namespace="gated", uid="uid-m1")
     broken = capi.cluster_v1beta2(name="m2", namespace="broken", uid="uid-m2")
@@ -133,18 +156,18 @@ def test_metrics_count_hook_answers_runs_and_the_workers_steps(
     )
     after = get_metrics(hook_server)
 
-    def delta(name: str, **labels: str) -> float:
-        return value(after, name, **labels) - value(before, name, **labels)
+    def counted(name: str, **labels: str) -> float:
+        return value(after, name, **labels)
 
     calls = "hooksvc_hook_calls_total"
     blocked = 2 + sum(1 for a in answers if a["retryAfterSeconds"] > 0)  # first, m2, polls
-    assert delta(calls, hook=HOOK, handler=HANDLER, answer="blocked") == blocked
-    assert delta(calls, hook=HOOK, handler=HANDLER, answer="passed") == 1
-    assert delta(calls, hook=HOOK, handler=HANDLER, answer="failed") == 1
+    assert counted(calls, hook=HOOK, handler=HANDLER, answer="blocked") == blocked
+    assert counted(calls, hook=HOOK, handler=HANDLER, answer="passed") == 1
+    assert counted(calls, hook=HOOK, handler=HANDLER, answer="failed") == 1
     total_calls = 3 + len(answers)
-    assert delta("hooksvc_hook_latency_seconds_count", hook=HOOK) == total_calls
-    assert delta("hooksvc_hook_latency_seconds_bucket", hook=HOOK, le="+Inf") == total_calls
-    assert delta("hooksvc_hook_latency_seconds_sum", hook=HOOK) > 0
+    assert counted("hooksvc_hook_latency_seconds_count", hook=HOOK) == total_calls
+    assert counted("hooksvc_hook_latency_seconds_bucket", hook=HOOK, le="+Inf") == total_calls
+    assert counted("hooksvc_hook_latency_seconds_sum", hook=HOOK) > 0
 
     # Runs by template and state: the database now, not a counter.
     assert served(after, "hooksvc_runs", template="metrics-gate", state="succeeded") == 1
@@ -154,11 +177,11 @@ def test_metrics_count_hook_answers_runs_and_the_workers_steps(
     assert served(after, "hooksvc_runs", template="metrics-gate", state="pending") == 0
 
     # Recorded by the worker's pool processes, reported by the web server.
-    assert delta("hooksvc_step_duration_seconds_count", type="approval") >= 1
-    assert delta("hooksvc_step_duration_seconds_count", type="noop") >= 1
-    assert delta("hooksvc_step_duration_seconds_count", type="http") >= 1
-    assert delta("hooksvc_step_failures_total", type="http") == 1
-    assert delta("hooksvc_step_failures_total", type="noop") == 0
+    assert counted("hooksvc_step_duration_seconds_count", type="approval") >= 1
+    assert counted("hooksvc_step_duration_seconds_count", type="noop") >= 1
+    assert counted("hooksvc_step_duration_seconds_count", type="http") >= 1
+    assert counted("hooksvc_step_failures_total", type="http") == 1
+    assert counted("hooksvc_step_failures_total", type="noop") == 0
     # Served (its value against Redis: test_the_queue_depth_is_the_length_of_...): a whole
     # number of messages, which the idle worker keeps near zero.
     depth = served(after, "hooksvc_celery_queue_depth")

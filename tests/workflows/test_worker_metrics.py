@@ -20,9 +20,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 def test_a_worker_serves_its_step_metrics_on_its_own_port(no_worker: None, tmp_path: Path) -> None:
     port = servers.free_port()
-    worker = Worker(
-        tmp_path / "data", tmp_path / "worker.log", env={"HOOKSVC_WORKER_METRICS_PORT": str(port)}
-    )
+    # Its own metric files: in the session's directory, a noop counted by any earlier worker
+    # would be served too.
+    env = {
+        "HOOKSVC_WORKER_METRICS_PORT": str(port),
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
+    }
+    worker = Worker(tmp_path / "data", tmp_path / "worker.log", env=env)
     worker.start()
     try:
         wf.template("backup", steps=[{"name": "only", "type": "noop"}])
@@ -36,6 +40,6 @@ def test_a_worker_serves_its_step_metrics_on_its_own_port(no_worker: None, tmp_p
             text = response.read().decode()
     finally:
         worker.stop()
-    assert 'hooksvc_step_duration_seconds_count{type="noop"}' in text
+    assert 'hooksvc_step_duration_seconds_count{type="noop"} 1.0' in text.splitlines()
     # Which build each worker runs, as a rollout replaces them (hooksvc.build).
     assert f'version="{hooksvc.__version__}"' in text
