@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import datetime
 import re
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -459,3 +462,50 @@ def test_a_run_that_starts_with_some_of_its_steps_made_reads_them_all(
     claimed = scheduling._schedule(run.pk, [])
     assert [a.step.name for a in claimed] == ["a", "b"]  # `wait` is inline: both run here
     assert Run.objects.get(pk=run.pk).state == "running"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_start_that_waited_for_the_budget_is_stamped_after_the_run_that_freed_its_slot(
+    no_worker: None,
+) -> None:
+    """A start waits on its template's budget lock (queries.sql `budget_lock`) while another
+    worker starts a run of it; a run may end meanwhile, and this start takes its slot. Its
+    `started_at` must come after that end: stamped before the wait, the two runs seemed to
+    overlap past the budget (seen once in test_worker's budget test, 3 at once with 2)."""
+    template = wf.template(
+        "drain", steps=[{"name": "w", "type": "wait", "with": {"seconds": 3600}}], concurrency=1
+    )
+    first, second = _run(template, [], "a"), _run(template, [], "b")
+    scheduling.advance(first.pk)
+    scheduling.advance(second.pk)
+    assert Run.objects.get(pk=second.pk).state == "pending"  # no free slot
+    params = connection.get_connection_params()
+    with (
+        psycopg.connect(**params) as other_start,
+        psycopg.connect(**params, autocommit=True) as look,
+    ):
+        other_start.execute("SELECT pg_advisory_xact_lock(hashtext('budget:' || %s))", ["drain"])
+        waiting = threading.Thread(target=_advance_in_own_connection, args=(second.pk,))
+        waiting.start()
+        deadline = time.monotonic() + 30
+        while not look.execute(
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone():
+            assert time.monotonic() < deadline, "the start never waited on the budget lock"
+            time.sleep(0.05)
+        actions.run_cancel(run_id=first.pk, actor="ops:ann", reason="frees the slot")
+        other_start.rollback()
+    waiting.join(timeout=30)
+    assert not waiting.is_alive()
+    ended = Run.objects.get(pk=first.pk).finished_at
+    started = Run.objects.get(pk=second.pk)
+    assert started.state == "running"
+    assert ended is not None and started.started_at is not None
+    assert started.started_at >= ended
+
+
+def _advance_in_own_connection(run_id: int) -> None:
+    try:
+        scheduling.advance(run_id)
+    finally:
+        connection.close()

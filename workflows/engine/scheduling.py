@@ -133,6 +133,9 @@ def _schedule(run_id: int, tried: Sequence[attempts.Tried]) -> list[attempts.Att
                 if blocker != run.message or stale:
                     Run.objects.filter(pk=run.pk).update(message=blocker, wake_at=wake)
                 return []
+            # Read again: the budget's lock may have waited for another start, while runs
+            # ended; a start stamped before them would seem to overlap them.
+            now = clock.now()
             made = _run_start(run, now)
         steps, claimable, promotable = made or _steps(run_id, now)
         passed = run.deadline_at and now >= run.deadline_at and not run.deadline_exceeded
