@@ -275,7 +275,7 @@ def _run_ahead(tried: Tried) -> list[Ahead]:
     while progress:
         progress = False
         for name, row in pending.items():
-            if name in looked or len(pending) - len(ran) < 2:
+            if name in looked:
                 continue
             step = claims.step_of(row, run)
             if not lifecycle.may_run_ahead(step, done=done, pending=set(pending) - done):

@@ -252,13 +252,19 @@ def ahead(result: Result) -> Write | None:
 
 
 def may_run_ahead(step: StepRow, *, done: set[str], pending: set[str]) -> bool:
-    """Whether a chain runs the pending `step` ahead of its claim: it is inline, and each of
-    its dependencies is done here (`done`: the chain's success, and the steps run ahead
-    before it) or is no pending step (`pending`; the chain's statement gives a run's pending
-    steps only when no other step of it is unfinished). PostgreSQL judges it again as it
-    writes (workflows_step_deps_done): this only spares running what would not be written."""
+    """Whether a chain runs the pending `step` ahead of its claim: it is inline, it is not
+    the run's last pending step (`pending`: those not run yet; the run ends through its
+    last step's claim, Path.FINISH, which checks the deadline), and each of its
+    dependencies is done here (`done`: the chain's success, and the steps run ahead before
+    it) or is no pending step (the chain's statement gives a run's pending steps only when
+    no other step of it is unfinished). PostgreSQL judges it again as it writes
+    (workflows_step_deps_done): this only spares running what would not be written."""
     depends_on = step.depends_on or []
-    return inline(step.type) and all(d in done or d not in pending for d in depends_on)
+    return (
+        inline(step.type)
+        and len(pending) > 1
+        and all(d in done or d not in pending for d in depends_on)
+    )
 
 
 def _by_lease(to: str, columns: Mapping[str, Any], **follow: Any) -> Write:
