@@ -62,6 +62,9 @@ def claim(
         rows = stepstate.claim_due_waiting(limit, now=now, owner=owner, expires=expires)
     else:
         rows = stepstate.claim(step_ids, now=now, owner=owner, expires=expires, promote=promote)
+        # An UPDATE returns its rows in the order it found them, which moves with the table's
+        # free space: run them in their template's order.
+        rows = sorted(rows, key=lambda row: (row["run_id"], row["position"]))
     return [attempt_of(row, owner=owner, seconds=seconds) for row in rows]
 
 
